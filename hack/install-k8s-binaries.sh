@@ -1,0 +1,153 @@
+#!/usr/bin/env bash
+# Builds the Kubernetes control-plane binaries from source, through the Go
+# module proxy (never a prebuilt download), into a git-ignored cache keyed by
+# version: bin/k8s-${KUBE_VERSION}/.
+#
+# Usage: hack/install-k8s-binaries.sh [component ...]
+#   components: etcd kube-apiserver kube-controller-manager kube-scheduler
+#               kubectl kwok   (default: all of them)
+#
+# Versions come from hack/k8s-versions.env; the wrapper modules that pin the
+# sources live in hack/tools/{k8s,etcd,kwok} (see hack/tools/README.md).
+# A binary is rebuilt only when its stamp (module@version and build flags)
+# differs, so a second run is a no-op. Progress goes to stderr; the last (and
+# only) line on stdout is the absolute directory, so callers can do
+#   KUBEBUILDER_ASSETS=$(hack/install-k8s-binaries.sh | tail -1)
+set -o errexit -o nounset -o pipefail
+shopt -s inherit_errexit
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=hack/k8s-versions.env
+source "${ROOT}/hack/k8s-versions.env"
+
+# Never fetch a prebuilt Go toolchain; ignore any go.work around.
+export GOTOOLCHAIN=local GOWORK=off CGO_ENABLED=0
+
+TOOLS="${ROOT}/hack/tools"
+BIN_DIR="${ROOT}/bin/k8s-${KUBE_VERSION}"
+STAMP_DIR="${BIN_DIR}/.stamps"
+ALL_COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok)
+
+log() { echo "install-k8s-binaries: $*" >&2; }
+die() {
+  log "ERROR: $*"
+  exit 1
+}
+
+# component_info NAME sets: tool_dir, module, version, pkg.
+component_info() {
+  case "$1" in
+    etcd)
+      tool_dir=etcd module=go.etcd.io/etcd/server/v3 version=${ETCD_VERSION}
+      pkg=go.etcd.io/etcd/server/v3
+      ;;
+    kube-apiserver | kube-controller-manager | kube-scheduler | kubectl)
+      tool_dir=k8s module=k8s.io/kubernetes version=${KUBE_VERSION}
+      pkg=k8s.io/kubernetes/cmd/$1
+      ;;
+    kwok)
+      tool_dir=kwok module=sigs.k8s.io/kwok version=${KWOK_VERSION}
+      pkg=sigs.k8s.io/kwok/cmd/kwok
+      ;;
+    *) die "unknown component '$1' (known: ${ALL_COMPONENTS[*]})" ;;
+  esac
+}
+
+# check_pin DIR MODULE VERSION: fails unless DIR/go.mod requires MODULE at
+# VERSION (and, for the k8s wrapper, replaces every staging module with the
+# matching v0.x.y), i.e. unless go.mod agrees with hack/k8s-versions.env.
+check_pin() {
+  local dir=$1 mod=$2 want=$3 got
+  got=$(awk -v m="${mod}" '$1 == "require" { $1 = "" ; $0 = $0 } $1 == m { print $2; exit }' "${dir}/go.mod")
+  if [[ "${got}" != "${want}" ]]; then
+    die "${dir#"${ROOT}/"}/go.mod requires ${mod} ${got:-(nothing)}, but hack/k8s-versions.env pins ${want}; run hack/gen-k8s-tools-replaces.sh"
+  fi
+  if [[ "${mod}" == k8s.io/kubernetes ]]; then
+    local staging="v0.${want#v1.}" bad
+    bad=$(awk -v v="${staging}" '$2 == "=>" && $1 ~ /^k8s\.io\// && $4 != v { print $1 " " $4 }' "${dir}/go.mod")
+    if [[ -n "${bad}" ]]; then
+      die "${dir#"${ROOT}/"}/go.mod replaces staging modules at a version other than ${staging}: ${bad//$'\n'/, }; run hack/gen-k8s-tools-replaces.sh"
+    fi
+  fi
+}
+
+# module_meta MODULE VERSION prints "<commit time> <commit hash>" of the tag,
+# as recorded by the module proxy (the hash may be missing).
+module_meta() {
+  go list -m -f '{{with .Time}}{{.UTC.Format "2006-01-02T15:04:05Z"}}{{end}} {{with .Origin}}{{.Hash}}{{end}}' "$1@$2"
+}
+
+# ldflags_for NAME prints the -ldflags for component NAME (run in its tool dir).
+ldflags_for() {
+  local meta date hash flags="-s -w"
+  meta=$(module_meta "${module}" "${version}")
+  read -r date hash <<<"${meta}" || true
+  case "$1" in
+    etcd)
+      [[ -n "${hash:-}" ]] && flags+=" -X go.etcd.io/etcd/api/v3/version.GitSHA=${hash:0:12}"
+      ;;
+    kwok)
+      flags+=" -X sigs.k8s.io/kwok/pkg/consts.Version=${version}"
+      ;;
+    *)
+      # kubectl refuses a server whose version it cannot parse, and the
+      # in-tree default is "v0.0.0-master+$Format:%H$": set the real one.
+      local ver=${version#v} p
+      local major=${ver%%.*} minor=${ver#*.}
+      minor=${minor%%.*}
+      for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+        flags+=" -X ${p}.gitVersion=${version}"
+        flags+=" -X ${p}.gitMajor=${major}"
+        flags+=" -X ${p}.gitMinor=${minor}"
+        flags+=" -X ${p}.gitTreeState=clean"
+        [[ -n "${hash:-}" ]] && flags+=" -X ${p}.gitCommit=${hash}"
+        [[ -n "${date:-}" ]] && flags+=" -X ${p}.buildDate=${date}"
+      done
+      ;;
+  esac
+  echo "${flags}"
+}
+
+components=("$@")
+if ((${#components[@]} == 0)) || [[ "${components[*]}" == all ]]; then
+  components=("${ALL_COMPONENTS[@]}")
+fi
+for c in "${components[@]}"; do component_info "${c}"; done
+
+mkdir -p "${STAMP_DIR}"
+# Serialise concurrent runs (e.g. tests and make run started together).
+if command -v flock >/dev/null; then
+  exec 9>"${BIN_DIR}/.lock"
+  flock 9
+fi
+
+tmp=""
+trap '[[ -z "${tmp}" ]] || rm -f "${tmp}"' EXIT
+
+checked=" "
+total_start=${SECONDS}
+for c in "${components[@]}"; do
+  component_info "${c}"
+  dir="${TOOLS}/${tool_dir}"
+  if [[ "${checked}" != *" ${tool_dir} "* ]]; then
+    check_pin "${dir}" "${module}" "${version}"
+    checked+="${tool_dir} "
+  fi
+  ldflags=$(cd "${dir}" && ldflags_for "${c}")
+  stamp="${pkg}@${version} CGO_ENABLED=0 -trimpath -ldflags=${ldflags}"
+  out="${BIN_DIR}/${c}"
+  if [[ -x "${out}" && -f "${STAMP_DIR}/${c}" && "$(<"${STAMP_DIR}/${c}")" == "${stamp}" ]]; then
+    log "${c} ${version}: up to date"
+    continue
+  fi
+  log "${c} ${version}: building ${pkg} ..."
+  start=${SECONDS}
+  tmp="${out}.tmp.$$"
+  (cd "${dir}" && go build -mod=readonly -trimpath -ldflags "${ldflags}" -o "${tmp}" "${pkg}")
+  mv -f "${tmp}" "${out}"
+  tmp=""
+  echo "${stamp}" >"${STAMP_DIR}/${c}"
+  log "${c} ${version}: built in $((SECONDS - start))s"
+done
+log "done in $((SECONDS - total_start))s: ${BIN_DIR}"
+echo "${BIN_DIR}"

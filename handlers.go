@@ -1,0 +1,168 @@
+/*
+Copyright The bar-controller Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+package main
+
+import (
+	"fmt"
+
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	barv1alpha1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1alpha1"
+)
+
+// This file holds the first step of every event's path: informer event
+// handlers that turn a changed object into the key of the Bar to sync. They
+// run on the informer's goroutine, so they only look things up in caches and
+// enqueue; all API calls happen in the workers.
+
+const (
+	// barsByDeploymentName indexes Bars by "namespace/spec.deploymentName",
+	// so a Deployment the Bar does not own (one in the way, or one that just
+	// went away) still leads back to the Bars that want its name.
+	barsByDeploymentName = "barsByDeploymentName"
+	// deploymentsByBarUID indexes Deployments by the UID of the Bar that
+	// controls them, so a Bar finds all its Deployments without listing
+	// the namespace.
+	deploymentsByBarUID = "deploymentsByBarUID"
+)
+
+func indexBarByDeploymentName(obj interface{}) ([]string, error) {
+	bar, ok := obj.(*barv1alpha1.Bar)
+	if !ok || bar.Spec.DeploymentName == "" {
+		return nil, nil
+	}
+	return []string{bar.Namespace + "/" + bar.Spec.DeploymentName}, nil
+}
+
+func indexDeploymentByBarUID(obj interface{}) ([]string, error) {
+	d, ok := obj.(*appsv1.Deployment)
+	if !ok {
+		return nil, nil
+	}
+	if ref := metav1.GetControllerOf(d); ref != nil && isBarRef(ref) {
+		return []string{string(ref.UID)}, nil
+	}
+	return nil, nil
+}
+
+// isBarRef reports whether an owner reference points at a Bar. The group is
+// compared, not just the kind, because any API group may have a kind named
+// Bar; the version is not, so references written by other versions of this
+// API still count.
+func isBarRef(ref *metav1.OwnerReference) bool {
+	gv, err := schema.ParseGroupVersion(ref.APIVersion)
+	return err == nil && ref.Kind == "Bar" && gv.Group == barv1alpha1.SchemeGroupVersion.Group
+}
+
+// addBar and updateBar enqueue on every event, resyncs included: the sync is
+// level-triggered and costs no API call when nothing changed, and a resync
+// is how the controller repairs anything a missed event left behind.
+func (c *Controller) addBar(obj interface{}) {
+	c.enqueueBar(obj)
+}
+
+func (c *Controller) updateBar(_, newObj interface{}) {
+	c.enqueueBar(newObj)
+}
+
+// Deleted Bars need no handler: the garbage collector removes their
+// Deployments through the ownerReference newDeployment sets.
+
+func (c *Controller) addDeployment(obj interface{}) {
+	c.handleDeployment(obj.(*appsv1.Deployment))
+}
+
+func (c *Controller) updateDeployment(oldObj, newObj interface{}) {
+	oldD, newD := oldObj.(*appsv1.Deployment), newObj.(*appsv1.Deployment)
+	if oldD.ResourceVersion == newD.ResourceVersion {
+		// A periodic resync, not a change; the Bars get their own resync.
+		return
+	}
+	// If the controller changed, the Bar that lost it must hear about it too.
+	if oldRef, newRef := metav1.GetControllerOf(oldD), metav1.GetControllerOf(newD); oldRef != nil &&
+		(newRef == nil || oldRef.UID != newRef.UID) {
+		c.handleDeployment(oldD)
+	}
+	c.handleDeployment(newD)
+}
+
+func (c *Controller) deleteDeployment(obj interface{}) {
+	d, ok := obj.(*appsv1.Deployment)
+	if !ok {
+		// The watch missed the delete; the informer hands over the last
+		// state it knew inside a tombstone.
+		tombstone, ok := obj.(cache.DeletedFinalStateUnknown)
+		if !ok {
+			utilruntime.HandleErrorWithLogger(c.logger, nil, "Unexpected object in Deployment delete event", "type", fmt.Sprintf("%T", obj))
+			return
+		}
+		if d, ok = tombstone.Obj.(*appsv1.Deployment); !ok {
+			utilruntime.HandleErrorWithLogger(c.logger, nil, "Unexpected object in Deployment tombstone", "type", fmt.Sprintf("%T", tombstone.Obj))
+			return
+		}
+	}
+	c.handleDeployment(d)
+}
+
+// handleDeployment enqueues every Bar a Deployment matters to: the Bar that
+// controls it, and any Bar whose spec.deploymentName is its name (which may
+// be blocked by it, or free to create it now that it is gone).
+func (c *Controller) handleDeployment(d *appsv1.Deployment) {
+	if ref := metav1.GetControllerOf(d); ref != nil {
+		if bar := c.resolveControllerRef(d.Namespace, ref); bar != nil {
+			c.enqueueBar(bar)
+		}
+	}
+	bars, err := c.barsIndexer.ByIndex(barsByDeploymentName, d.Namespace+"/"+d.Name)
+	if err != nil {
+		utilruntime.HandleErrorWithLogger(c.logger, err, "Looking up Bars by Deployment name failed", "deployment", klog.KObj(d))
+		return
+	}
+	for _, bar := range bars {
+		c.enqueueBar(bar)
+	}
+}
+
+// resolveControllerRef returns the Bar a controller reference points at, or
+// nil if it points at something else or at a Bar that no longer exists (a
+// new Bar with the same name has another UID and does not own the object).
+func (c *Controller) resolveControllerRef(namespace string, ref *metav1.OwnerReference) *barv1alpha1.Bar {
+	if !isBarRef(ref) {
+		return nil
+	}
+	bar, err := c.barsLister.Bars(namespace).Get(ref.Name)
+	if err != nil || bar.UID != ref.UID {
+		return nil
+	}
+	return bar
+}
+
+// enqueueBar is the second step: it puts the Bar's namespace/name on the
+// work queue, which collapses repeated keys until a worker takes them.
+func (c *Controller) enqueueBar(obj interface{}) {
+	key, err := cache.ObjectToName(obj)
+	if err != nil {
+		utilruntime.HandleErrorWithLogger(c.logger, err, "Cannot make a work queue key")
+		return
+	}
+	c.logger.V(5).Info("Enqueued Bar", "bar", key)
+	c.queue.Add(key)
+}

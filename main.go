@@ -1,0 +1,163 @@
+/*
+Copyright The bar-controller Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+// Command bar-controller reconciles Bar custom resources into Deployments.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	kubeinformers "k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+
+	clientset "github.com/barcontroller/bar-controller/pkg/generated/clientset/versioned"
+	informers "github.com/barcontroller/bar-controller/pkg/generated/informers/externalversions"
+)
+
+// version is stamped at build time: -ldflags "-X main.version=v1.2.3".
+var version = "dev"
+
+type options struct {
+	kubeconfig   string
+	master       string
+	workers      int
+	qps          float64
+	burst        int
+	resyncPeriod time.Duration
+	showVersion  bool
+}
+
+func (o *options) addFlags(fs *flag.FlagSet) {
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Path to a kubeconfig. Without it: $KUBECONFIG, then ~/.kube/config, then the in-cluster service account.")
+	fs.StringVar(&o.master, "master", "", "The address of the Kubernetes API server. Overrides the server in the kubeconfig.")
+	fs.IntVar(&o.workers, "workers", 4, "Number of Bars synced in parallel.")
+	// 2,000 Bars need up to 4,000 writes on a cold start (a Deployment and
+	// a status each); client-go's default of 5 QPS would stretch that to
+	// over 13 minutes. The API server's own fairness limits still apply.
+	fs.Float64Var(&o.qps, "kube-api-qps", 200, "Sustained queries per second to the API server (client-side limit).")
+	fs.IntVar(&o.burst, "kube-api-burst", 400, "Burst of queries to the API server above --kube-api-qps.")
+	fs.DurationVar(&o.resyncPeriod, "resync-period", 10*time.Minute, "How often every Bar is re-checked against the caches even without events; 0 disables. A re-check that finds nothing to do makes no API call.")
+	fs.BoolVar(&o.showVersion, "version", false, "Print the version and exit.")
+}
+
+func main() {
+	klog.InitFlags(nil)
+	var opts options
+	opts.addFlags(flag.CommandLine)
+	flag.Parse()
+	if opts.showVersion {
+		fmt.Println("bar-controller", version)
+		return
+	}
+
+	ctx := klog.NewContext(signalContext(), klog.Background())
+	if err := run(ctx, opts); err != nil {
+		klog.FromContext(ctx).Error(err, "bar-controller failed")
+		klog.Flush()
+		os.Exit(1)
+	}
+	klog.Flush()
+}
+
+func run(ctx context.Context, opts options) error {
+	logger := klog.FromContext(ctx)
+	logger.Info("Starting bar-controller", "version", version)
+
+	cfg, err := restConfig(opts)
+	if err != nil {
+		return err
+	}
+	kubeClient, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("building Kubernetes client: %w", err)
+	}
+	barClient, err := clientset.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("building Bar client: %w", err)
+	}
+
+	kubeInformerFactory := kubeinformers.NewSharedInformerFactoryWithOptions(kubeClient, opts.resyncPeriod,
+		kubeinformers.WithTransform(dropManagedFields))
+	barInformerFactory := informers.NewSharedInformerFactoryWithOptions(barClient, opts.resyncPeriod,
+		informers.WithTransform(dropManagedFields))
+
+	controller, err := NewController(ctx, kubeClient, barClient,
+		kubeInformerFactory.Apps().V1().Deployments(),
+		barInformerFactory.Barcontroller().V1alpha1().Bars())
+	if err != nil {
+		return err
+	}
+
+	// Start only starts informers that were asked for above, and does not
+	// block; Shutdown waits for their goroutines.
+	kubeInformerFactory.Start(ctx.Done())
+	barInformerFactory.Start(ctx.Done())
+	defer kubeInformerFactory.Shutdown()
+	defer barInformerFactory.Shutdown()
+
+	return controller.Run(ctx, opts.workers)
+}
+
+func restConfig(opts options) (*rest.Config, error) {
+	// The default loading rules read $KUBECONFIG and ~/.kube/config, and
+	// fall back to the in-cluster service account when neither exists.
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = opts.kubeconfig
+	overrides := &clientcmd.ConfigOverrides{}
+	overrides.ClusterInfo.Server = opts.master
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("loading client configuration: %w", err)
+	}
+	cfg.QPS = float32(opts.qps)
+	cfg.Burst = opts.burst
+	return rest.AddUserAgent(cfg, "bar-controller/"+version), nil
+}
+
+// dropManagedFields keeps managedFields out of the informer caches. The
+// controller never reads them (it compares fields itself, see
+// deploymentMatches), and on Deployments they are often a third of the
+// object's size.
+func dropManagedFields(obj interface{}) (interface{}, error) {
+	if m, err := meta.Accessor(obj); err == nil {
+		m.SetManagedFields(nil)
+	}
+	return obj, nil
+}
+
+// signalContext is cancelled on the first SIGINT or SIGTERM, which starts a
+// graceful shutdown; a second signal exits at once.
+func signalContext() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	c := make(chan os.Signal, 2)
+	signal.Notify(c, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-c
+		cancel()
+		<-c
+		os.Exit(1)
+	}()
+	return ctx
+}

@@ -1,0 +1,128 @@
+/*
+Copyright The bar-controller Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+package main
+
+import (
+	"fmt"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
+
+	barv1alpha1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1alpha1"
+	barac "github.com/barcontroller/bar-controller/pkg/generated/applyconfiguration/barcontroller/v1alpha1"
+)
+
+// readiness is the Ready condition of a Bar minus its timestamps, so that two
+// of them compare equal exactly when nothing a person would care about moved.
+type readiness struct {
+	status  metav1.ConditionStatus
+	reason  string
+	message string
+}
+
+// deploymentReadiness judges a Deployment that the Bar controls.
+func deploymentReadiness(bar *barv1alpha1.Bar, d *appsv1.Deployment) readiness {
+	want := desiredReplicas(bar)
+	for _, c := range d.Status.Conditions {
+		if c.Type == appsv1.DeploymentProgressing && c.Status == corev1.ConditionFalse &&
+			c.Reason == "ProgressDeadlineExceeded" {
+			return readiness{metav1.ConditionFalse, barv1alpha1.ReasonProgressDeadlineExceeded,
+				fmt.Sprintf("Deployment %s is not making progress: %s", d.Name, c.Message)}
+		}
+	}
+	// Until the Deployment controller has seen our last change, its replica
+	// counts describe the old spec and cannot make the Bar ready.
+	settled := d.Status.ObservedGeneration >= d.Generation &&
+		d.Status.UpdatedReplicas == want && d.Status.Replicas == want
+	switch {
+	case settled && want == 0:
+		return readiness{metav1.ConditionTrue, barv1alpha1.ReasonScaledToZero,
+			fmt.Sprintf("Deployment %s is scaled to zero", d.Name)}
+	case settled && d.Status.AvailableReplicas >= want:
+		return readiness{metav1.ConditionTrue, barv1alpha1.ReasonDeploymentAvailable,
+			fmt.Sprintf("%d of %d replicas of Deployment %s are available", d.Status.AvailableReplicas, want, d.Name)}
+	default:
+		return readiness{metav1.ConditionFalse, barv1alpha1.ReasonReplicasUnavailable,
+			fmt.Sprintf("%d of %d replicas of Deployment %s are available and up to date", min(d.Status.AvailableReplicas, d.Status.UpdatedReplicas), want, d.Name)}
+	}
+}
+
+// notOwnedReadiness explains why the controller leaves a Deployment alone.
+func notOwnedReadiness(d *appsv1.Deployment) readiness {
+	owner := "no controller"
+	if ref := metav1.GetControllerOf(d); ref != nil {
+		owner = fmt.Sprintf("controller %s %s", ref.Kind, ref.Name)
+	}
+	return readiness{metav1.ConditionFalse, barv1alpha1.ReasonDeploymentNotOwned,
+		fmt.Sprintf("Deployment %s already exists with %s, so this Bar does not manage it; "+
+			"delete or rename that Deployment, or choose another spec.deploymentName", d.Name, owner)}
+}
+
+// newStatus is the status a Bar should have. now stamps the Ready condition
+// only when its status flips, as the API conventions ask.
+func newStatus(bar *barv1alpha1.Bar, available int32, r readiness, now metav1.Time) barv1alpha1.BarStatus {
+	status := barv1alpha1.BarStatus{
+		ObservedGeneration: bar.Generation,
+		AvailableReplicas:  available,
+		// Keep conditions other writers may have added; we own only Ready.
+		Conditions: append([]metav1.Condition(nil), bar.Status.Conditions...),
+	}
+	meta.SetStatusCondition(&status.Conditions, metav1.Condition{
+		Type:               barv1alpha1.ConditionReady,
+		Status:             r.status,
+		Reason:             r.reason,
+		Message:            r.message,
+		ObservedGeneration: bar.Generation,
+		LastTransitionTime: now,
+	})
+	return status
+}
+
+// statusChanged reports whether writing want over have would change
+// anything but a timestamp.
+func statusChanged(have, want *barv1alpha1.BarStatus) bool {
+	if have.ObservedGeneration != want.ObservedGeneration || have.AvailableReplicas != want.AvailableReplicas {
+		return true
+	}
+	h := meta.FindStatusCondition(have.Conditions, barv1alpha1.ConditionReady)
+	w := meta.FindStatusCondition(want.Conditions, barv1alpha1.ConditionReady)
+	if h == nil || w == nil {
+		return h != w
+	}
+	return h.Status != w.Status || h.Reason != w.Reason || h.Message != w.Message ||
+		h.ObservedGeneration != w.ObservedGeneration
+}
+
+// statusApplyConfiguration turns a status into the apply request for the
+// status subresource. It names only the Ready condition: conditions are a
+// map keyed by type, so server-side apply leaves other types to their owners.
+func statusApplyConfiguration(bar *barv1alpha1.Bar, status *barv1alpha1.BarStatus) *barac.BarApplyConfiguration {
+	ready := meta.FindStatusCondition(status.Conditions, barv1alpha1.ConditionReady)
+	return barac.Bar(bar.Name, bar.Namespace).
+		WithStatus(barac.BarStatus().
+			WithObservedGeneration(status.ObservedGeneration).
+			WithAvailableReplicas(status.AvailableReplicas).
+			WithConditions(metav1ac.Condition().
+				WithType(ready.Type).
+				WithStatus(ready.Status).
+				WithReason(ready.Reason).
+				WithMessage(ready.Message).
+				WithObservedGeneration(ready.ObservedGeneration).
+				WithLastTransitionTime(ready.LastTransitionTime)))
+}
