@@ -60,7 +60,8 @@ func deploymentReadiness(bar *barv1alpha1.Bar, d *appsv1.Deployment) readiness {
 			fmt.Sprintf("%d of %d replicas of Deployment %s are available", d.Status.AvailableReplicas, want, d.Name)}
 	default:
 		return readiness{metav1.ConditionFalse, barv1alpha1.ReasonReplicasUnavailable,
-			fmt.Sprintf("%d of %d replicas of Deployment %s are available and up to date", min(d.Status.AvailableReplicas, d.Status.UpdatedReplicas), want, d.Name)}
+			fmt.Sprintf("waiting for Deployment %s to have %d available replicas (it has %d replicas: %d up to date, %d available)",
+				d.Name, want, d.Status.Replicas, d.Status.UpdatedReplicas, d.Status.AvailableReplicas)}
 	}
 }
 

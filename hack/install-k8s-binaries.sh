@@ -17,7 +17,8 @@ set -o errexit -o nounset -o pipefail
 shopt -s inherit_errexit
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-# shellcheck source=hack/k8s-versions.env
+# hack/k8s-versions.env holds KEY=value lines only: nothing to follow.
+# shellcheck source=/dev/null
 source "${ROOT}/hack/k8s-versions.env"
 
 # Never fetch a prebuilt Go toolchain; ignore any go.work around.
@@ -112,7 +113,15 @@ components=("$@")
 if ((${#components[@]} == 0)) || [[ "${components[*]}" == all ]]; then
   components=("${ALL_COMPONENTS[@]}")
 fi
-for c in "${components[@]}"; do component_info "${c}"; done
+# Validate every requested component and its pin before building anything.
+checked=" "
+for c in "${components[@]}"; do
+  component_info "${c}"
+  if [[ "${checked}" != *" ${tool_dir} "* ]]; then
+    check_pin "${TOOLS}/${tool_dir}" "${module}" "${version}"
+    checked+="${tool_dir} "
+  fi
+done
 
 mkdir -p "${STAMP_DIR}"
 # Serialise concurrent runs (e.g. tests and make run started together).
@@ -124,15 +133,10 @@ fi
 tmp=""
 trap '[[ -z "${tmp}" ]] || rm -f "${tmp}"' EXIT
 
-checked=" "
 total_start=${SECONDS}
 for c in "${components[@]}"; do
   component_info "${c}"
   dir="${TOOLS}/${tool_dir}"
-  if [[ "${checked}" != *" ${tool_dir} "* ]]; then
-    check_pin "${dir}" "${module}" "${version}"
-    checked+="${tool_dir} "
-  fi
   ldflags=$(cd "${dir}" && ldflags_for "${c}")
   stamp="${pkg}@${version} CGO_ENABLED=0 -trimpath -ldflags=${ldflags}"
   out="${BIN_DIR}/${c}"
