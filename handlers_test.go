@@ -129,4 +129,3 @@ func TestReleasedDeploymentNotifiesFormerOwner(t *testing.T) {
 		t.Errorf("enqueued %v, want %v", key, keyOf(bar))
 	}
 }
-

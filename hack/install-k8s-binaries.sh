@@ -72,20 +72,19 @@ check_pin() {
   fi
 }
 
-# module_meta MODULE VERSION prints "<commit time> <commit hash>" of the tag,
-# as recorded by the module proxy (the hash may be missing).
+# module_meta MODULE VERSION prints "<commit time>|<commit hash>" of the tag as
+# the module proxy records it (either may be empty). Run in the tool dir.
 module_meta() {
-  go list -m -f '{{with .Time}}{{.UTC.Format "2006-01-02T15:04:05Z"}}{{end}} {{with .Origin}}{{.Hash}}{{end}}' "$1@$2"
+  go list -m -f '{{with .Time}}{{.UTC.Format "2006-01-02T15:04:05Z"}}{{end}}|{{with .Origin}}{{.Hash}}{{end}}' "$1@$2"
 }
 
-# ldflags_for NAME prints the -ldflags for component NAME (run in its tool dir).
+# ldflags_for NAME DATE HASH prints the -ldflags for component NAME at
+# ${version}; DATE and HASH (from module_meta) are left out when empty.
 ldflags_for() {
-  local meta date hash flags="-s -w"
-  meta=$(module_meta "${module}" "${version}")
-  read -r date hash <<<"${meta}" || true
-  case "$1" in
+  local name=$1 date=$2 hash=$3 flags="-s -w"
+  case "${name}" in
     etcd)
-      [[ -n "${hash:-}" ]] && flags+=" -X go.etcd.io/etcd/api/v3/version.GitSHA=${hash:0:12}"
+      if [[ -n "${hash}" ]]; then flags+=" -X go.etcd.io/etcd/api/v3/version.GitSHA=${hash:0:12}"; fi
       ;;
     kwok)
       flags+=" -X sigs.k8s.io/kwok/pkg/consts.Version=${version}"
@@ -97,12 +96,10 @@ ldflags_for() {
       local major=${ver%%.*} minor=${ver#*.}
       minor=${minor%%.*}
       for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-        flags+=" -X ${p}.gitVersion=${version}"
-        flags+=" -X ${p}.gitMajor=${major}"
-        flags+=" -X ${p}.gitMinor=${minor}"
+        flags+=" -X ${p}.gitVersion=${version} -X ${p}.gitMajor=${major} -X ${p}.gitMinor=${minor}"
         flags+=" -X ${p}.gitTreeState=clean"
-        [[ -n "${hash:-}" ]] && flags+=" -X ${p}.gitCommit=${hash}"
-        [[ -n "${date:-}" ]] && flags+=" -X ${p}.buildDate=${date}"
+        if [[ -n "${hash}" ]]; then flags+=" -X ${p}.gitCommit=${hash}"; fi
+        if [[ -n "${date}" ]]; then flags+=" -X ${p}.buildDate=${date}"; fi
       done
       ;;
   esac
@@ -137,20 +134,26 @@ total_start=${SECONDS}
 for c in "${components[@]}"; do
   component_info "${c}"
   dir="${TOOLS}/${tool_dir}"
-  ldflags=$(cd "${dir}" && ldflags_for "${c}")
-  stamp="${pkg}@${version} CGO_ENABLED=0 -trimpath -ldflags=${ldflags}"
   out="${BIN_DIR}/${c}"
-  if [[ -x "${out}" && -f "${STAMP_DIR}/${c}" && "$(<"${STAMP_DIR}/${c}")" == "${stamp}" ]]; then
+  stamp_file="${STAMP_DIR}/${c}"
+  # The stamp is what was built and how, without the proxy's commit metadata,
+  # so checking it needs neither the go command nor the network.
+  stamp="${pkg}@${version} CGO_ENABLED=0 -trimpath -ldflags=$(ldflags_for "${c}" "" "")"
+  have=""
+  if [[ -x "${out}" && -f "${stamp_file}" ]]; then read -r have <"${stamp_file}" || true; fi
+  if [[ "${have}" == "${stamp}" ]]; then
     log "${c} ${version}: up to date"
     continue
   fi
+  IFS='|' read -r date hash < <(cd "${dir}" && module_meta "${module}" "${version}")
+  ldflags=$(ldflags_for "${c}" "${date}" "${hash}")
   log "${c} ${version}: building ${pkg} ..."
   start=${SECONDS}
   tmp="${out}.tmp.$$"
   (cd "${dir}" && go build -mod=readonly -trimpath -ldflags "${ldflags}" -o "${tmp}" "${pkg}")
   mv -f "${tmp}" "${out}"
   tmp=""
-  echo "${stamp}" >"${STAMP_DIR}/${c}"
+  printf '%s\n# built with -ldflags=%s\n' "${stamp}" "${ldflags}" >"${stamp_file}"
   log "${c} ${version}: built in $((SECONDS - start))s"
 done
 log "done in $((SECONDS - total_start))s: ${BIN_DIR}"

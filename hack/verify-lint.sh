@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# gofmt, go vet and shellcheck over the hand-written code. Generated code
+# under pkg/generated is gofmt'ed by its generator and left out here.
+set -o errexit -o nounset -o pipefail
+
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "${REPO_ROOT}"
+
+unformatted="$(git ls-files '*.go' | grep -v '^pkg/generated/' | xargs gofmt -l)"
+if [[ -n "${unformatted}" ]]; then
+    echo "gofmt needed on:" >&2
+    echo "${unformatted}" >&2
+    exit 1
+fi
+
+go vet ./...
+
+if ! command -v shellcheck >/dev/null; then
+    echo "shellcheck not found; installing it from Debian's packages" >&2
+    if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
+        apt-get update -qq >/dev/null && apt-get install -y -qq shellcheck >/dev/null
+    else
+        echo "install shellcheck (e.g. apt-get install shellcheck) and run again" >&2
+        exit 1
+    fi
+fi
+mapfile -t scripts < <(git ls-files 'hack/*.sh' '.ci/run')
+shellcheck "${scripts[@]}"
+echo "Lint clean."
