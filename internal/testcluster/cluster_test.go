@@ -1,0 +1,44 @@
+/*
+Copyright The bar-controller Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package testcluster
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+)
+
+func TestStartStop(t *testing.T) {
+	if os.Getenv(BinDirEnv) == "" {
+		t.Skipf("$%s is not set; make test sets it", BinDirEnv)
+	}
+	ctx := context.Background()
+	c, err := Start(ctx, Options{Dir: t.TempDir(), ControllerManager: true, Scheduler: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop()
+	out, err := c.Kubectl(ctx, "get", "--raw=/readyz")
+	if err != nil || !strings.Contains(out, "ok") {
+		t.Fatalf("readyz: %q, %v", out, err)
+	}
+	c.Stop()
+	for _, p := range c.Processes() {
+		t.Errorf("still running after Stop: %v", p)
+	}
+}
