@@ -4,6 +4,15 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 GO_LDFLAGS := -X main.version=$(VERSION)
 IMAGE ?= bar-controller:$(VERSION)
 
+SHELL := /bin/bash
+.SHELLFLAGS := -o errexit -o nounset -o pipefail -c
+
+# hack/install-k8s-binaries.sh builds etcd, kube-apiserver,
+# kube-controller-manager, kube-scheduler, kubectl and kwok from source once
+# (a few minutes), caches them under bin/k8s-<version>/, and prints that
+# directory; later runs only print it.
+KUBE_BIN_DIR_CMD := hack/install-k8s-binaries.sh | tail -n 1
+
 .PHONY: help
 help: ## List the targets.
 	@grep -hE '^[a-z][a-z-]*:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -13,8 +22,17 @@ build: ## Build bin/bar-controller.
 	CGO_ENABLED=0 go build -trimpath -ldflags "$(GO_LDFLAGS)" -o bin/bar-controller .
 
 .PHONY: test
-test: ## Run all tests with the race detector.
+test: ## Run all tests (unit and integration, with -race); builds the control plane on first use.
+	KUBE_BIN_DIR="$$($(KUBE_BIN_DIR_CMD))" BAR_REQUIRE_INTEGRATION=1 \
+		go test -race -count=1 -timeout=30m ./...
+
+.PHONY: test-unit
+test-unit: ## Run only the unit tests (fake clients; seconds, nothing to build).
 	go test -race -count=1 ./...
+
+.PHONY: k8s-binaries
+k8s-binaries: ## Build and cache the Kubernetes binaries the tests and make run use.
+	$(KUBE_BIN_DIR_CMD)
 
 .PHONY: generate
 generate: ## Regenerate clients, deepcopy and the CRD from pkg/apis.

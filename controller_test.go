@@ -19,6 +19,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"reflect"
 	"testing"
@@ -26,6 +27,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -451,4 +453,49 @@ func TestDeletedBarMakesNoRequests(t *testing.T) {
 	bar := newBar("test", "web", 1)
 	f.deployments = append(f.deployments, ownedDeployment(bar)) // left for the garbage collector
 	f.run(ctx, keyOf(bar))
+}
+
+// TestSyncWaitsForCacheToSeeItsOwnWrites: right after a sync creates the
+// Deployment, a second sync that still sees the old caches must neither
+// apply again nor announce the creation again.
+func TestSyncWaitsForCacheToSeeItsOwnWrites(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f := newFixture(t)
+	bar := newBar("test", "web", 1)
+	f.bars = append(f.bars, bar)
+	c := f.newController(ctx)
+	// The fake API server hands out no resourceVersions; stamp the answers
+	// to the controller's writes as a real one would.
+	f.kubeclient.PrependReactor("patch", "deployments", stampResourceVersion(f.kubeclient.Tracker(), "30"))
+	f.client.PrependReactor("patch", "bars", stampResourceVersion(f.client.Tracker(), "31"))
+	// The caches have read up to versions older than those writes.
+	if err := c.deploymentsIndexer.Replace(nil, "15"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.syncHandler(ctx, keyOf(bar)); err != nil {
+		t.Fatal(err)
+	}
+	requests := len(f.kubeclient.Actions()) + len(f.client.Actions())
+
+	err := c.syncHandler(ctx, keyOf(bar))
+	var stale *staleCacheError
+	if !errors.As(err, &stale) {
+		t.Fatalf("second sync on caches that miss its own writes: got %v, want a staleCacheError", err)
+	}
+	if n := len(f.kubeclient.Actions()) + len(f.client.Actions()); n != requests {
+		t.Errorf("the second sync made %d more requests", n-requests)
+	}
+	if n := len(f.recorder.Events); n != 1 {
+		t.Errorf("%d events, want the single DeploymentCreated", n)
+	}
+}
+
+func stampResourceVersion(tracker core.ObjectTracker, rv string) core.ReactionFunc {
+	return func(action core.Action) (bool, runtime.Object, error) {
+		handled, obj, err := core.ObjectReaction(tracker)(action)
+		if m, merr := meta.Accessor(obj); err == nil && merr == nil {
+			m.SetResourceVersion(rv)
+		}
+		return handled, obj, err
+	}
 }
