@@ -36,9 +36,9 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/textlogger"
 
+	"github.com/barcontroller/bar-controller/internal/testcluster"
 	clientset "github.com/barcontroller/bar-controller/pkg/generated/clientset/versioned"
 	informers "github.com/barcontroller/bar-controller/pkg/generated/informers/externalversions"
-	"github.com/barcontroller/bar-controller/internal/testcluster"
 )
 
 // The integration tests share one real control plane (etcd, kube-apiserver,
