@@ -23,8 +23,8 @@ build: ## Build bin/bar-controller.
 
 .PHONY: test
 test: ## Run all tests (unit and integration, with -race); builds the control plane on first use.
-	KUBE_BIN_DIR="$$($(KUBE_BIN_DIR_CMD))" BAR_REQUIRE_INTEGRATION=1 \
-		go test -race -count=1 -timeout=30m ./...
+	dir="$$($(KUBE_BIN_DIR_CMD))"; \
+	KUBE_BIN_DIR="$$dir" BAR_REQUIRE_INTEGRATION=1 go test -race -count=1 -timeout=30m ./...
 
 .PHONY: test-unit
 test-unit: ## Run only the unit tests (fake clients; seconds, nothing to build).
