@@ -21,6 +21,14 @@ help: ## List the targets.
 build: ## Build bin/bar-controller.
 	CGO_ENABLED=0 go build -trimpath -ldflags "$(GO_LDFLAGS)" -o bin/bar-controller .
 
+# The launcher is built and exec'd rather than "go run": then it is make's
+# own child, and gets the SIGINT or SIGTERM that stops make, with nothing in
+# between that could exit first and orphan it.
+.PHONY: run
+run: build ## Start a local control plane with simulated nodes, run bar-controller against it, apply the example Bar. Ctrl-C stops everything.
+	go build -o bin/local-up ./hack/local-up
+	kube_bin_dir="$$($(KUBE_BIN_DIR_CMD))" && exec bin/local-up --bin-dir="$$kube_bin_dir" --controller=bin/bar-controller
+
 .PHONY: test
 test: ## Run all tests (unit and integration, with -race); builds the control plane on first use.
 	dir="$$($(KUBE_BIN_DIR_CMD))"; \

@@ -154,6 +154,12 @@ func NewController(
 	return c, nil
 }
 
+// HasSynced reports whether the informer caches have been filled; until
+// then the controller would mistake "not cached yet" for "does not exist".
+func (c *Controller) HasSynced() bool {
+	return c.barsSynced() && c.deploymentsSynced()
+}
+
 // Run waits for the caches, then syncs Bars with the given number of workers
 // until ctx is cancelled. It then stops handing out work, lets the syncs in
 // progress finish, and returns.
@@ -203,16 +209,20 @@ func (c *Controller) processNextWorkItem(ctx context.Context) bool {
 
 	syncCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), syncTimeout)
 	defer cancel()
+	start := time.Now()
 	err := c.syncHandler(syncCtx, key)
 	var stale *staleCacheError
 	switch {
 	case err == nil:
+		recordSync(syncSuccess, time.Since(start))
 		c.queue.Forget(key)
 	case errors.As(err, &stale):
 		// Not a failure: the informer is a few milliseconds behind.
+		recordSync(syncStale, time.Since(start))
 		klog.FromContext(ctx).V(4).Info("Waiting for the cache to catch up", "bar", key, "reason", err)
 		c.queue.AddRateLimited(key)
 	default:
+		recordSync(syncError, time.Since(start))
 		utilruntime.HandleErrorWithContext(ctx, err, "Error syncing Bar; will retry", "bar", key)
 		c.queue.AddRateLimited(key)
 	}

@@ -31,6 +31,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/klog/v2"
 
 	clientset "github.com/barcontroller/bar-controller/pkg/generated/clientset/versioned"
@@ -41,18 +42,24 @@ import (
 var version = "dev"
 
 type options struct {
-	kubeconfig   string
-	master       string
-	workers      int
-	qps          float64
-	burst        int
-	resyncPeriod time.Duration
-	showVersion  bool
+	kubeconfig     string
+	master         string
+	namespace      string
+	workers        int
+	qps            float64
+	burst          int
+	resyncPeriod   time.Duration
+	metricsAddress string
+	healthAddress  string
+	loggingFormat  string
+	leaderElection leaderElectionOptions
+	showVersion    bool
 }
 
 func (o *options) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Path to a kubeconfig. Without it: $KUBECONFIG, then ~/.kube/config, then the in-cluster service account.")
 	fs.StringVar(&o.master, "master", "", "The address of the Kubernetes API server. Overrides the server in the kubeconfig.")
+	fs.StringVar(&o.namespace, "namespace", "", "Only watch Bars and Deployments in this namespace (RBAC can then be a Role). Empty: all namespaces.")
 	fs.IntVar(&o.workers, "workers", 4, "Number of Bars synced in parallel.")
 	// 2,000 Bars need up to 4,000 writes on a cold start (a Deployment and
 	// a status each); client-go's default of 5 QPS would stretch that to
@@ -60,6 +67,16 @@ func (o *options) addFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&o.qps, "kube-api-qps", 200, "Sustained queries per second to the API server (client-side limit).")
 	fs.IntVar(&o.burst, "kube-api-burst", 400, "Burst of queries to the API server above --kube-api-qps.")
 	fs.DurationVar(&o.resyncPeriod, "resync-period", 10*time.Minute, "How often every Bar is re-checked against the caches even without events; 0 disables. A re-check that finds nothing to do makes no API call.")
+	fs.StringVar(&o.metricsAddress, "metrics-bind-address", ":8080", "Address of the Prometheus /metrics endpoint; 0 disables it.")
+	fs.StringVar(&o.healthAddress, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz probes; 0 disables them.")
+	fs.StringVar(&o.loggingFormat, "logging-format", "text", "Log format: text (klog) or json (one object per line).")
+	le := &o.leaderElection
+	fs.BoolVar(&le.enabled, "leader-elect", false, "Run as one of several replicas: only the holder of a Lease syncs, the others stand by with warm caches.")
+	fs.StringVar(&le.leaseName, "leader-elect-lease-name", "bar-controller", "Name of the Lease used for leader election.")
+	fs.StringVar(&le.namespace, "leader-elect-lease-namespace", "", "Namespace of the Lease. Default: the Pod's namespace ($POD_NAMESPACE or the service account's), else default.")
+	fs.DurationVar(&le.leaseDuration, "leader-elect-lease-duration", 15*time.Second, "How long standbys wait after the last renewal before taking over a Lease whose holder went silent.")
+	fs.DurationVar(&le.renewDeadline, "leader-elect-renew-deadline", 10*time.Second, "How long the leader keeps retrying to renew before it gives up leading (and exits).")
+	fs.DurationVar(&le.retryPeriod, "leader-elect-retry-period", 2*time.Second, "How often to try to acquire or renew the Lease.")
 	fs.BoolVar(&o.showVersion, "version", false, "Print the version and exit.")
 }
 
@@ -71,6 +88,10 @@ func main() {
 	if opts.showVersion {
 		fmt.Println("bar-controller", version)
 		return
+	}
+	if err := setupLogging(opts.loggingFormat); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
 	}
 
 	ctx := klog.NewContext(signalContext(), klog.Background())
@@ -84,7 +105,9 @@ func main() {
 
 func run(ctx context.Context, opts options) error {
 	logger := klog.FromContext(ctx)
-	logger.Info("Starting bar-controller", "version", version)
+	logger.Info("Starting bar-controller", "version", version, "namespace", opts.namespace)
+	// Before any client or work queue exists: they pick up the providers.
+	registry := newMetricsRegistry()
 
 	cfg, err := restConfig(opts)
 	if err != nil {
@@ -100,10 +123,9 @@ func run(ctx context.Context, opts options) error {
 	}
 
 	kubeInformerFactory := kubeinformers.NewSharedInformerFactoryWithOptions(kubeClient, opts.resyncPeriod,
-		kubeinformers.WithTransform(dropManagedFields))
+		kubeinformers.WithNamespace(opts.namespace), kubeinformers.WithTransform(dropManagedFields))
 	barInformerFactory := informers.NewSharedInformerFactoryWithOptions(barClient, opts.resyncPeriod,
-		informers.WithTransform(dropManagedFields))
-
+		informers.WithNamespace(opts.namespace), informers.WithTransform(dropManagedFields))
 	controller, err := NewController(ctx, kubeClient, barClient,
 		kubeInformerFactory.Apps().V1().Deployments(),
 		barInformerFactory.Barcontroller().V1alpha1().Bars())
@@ -111,14 +133,44 @@ func run(ctx context.Context, opts options) error {
 		return err
 	}
 
-	// Start only starts informers that were asked for above, and does not
-	// block; Shutdown waits for their goroutines.
+	var watchdog *leaderelection.HealthzAdaptor
+	if opts.leaderElection.enabled {
+		// /healthz fails if the leader has not renewed for this long
+		// past its lease: it is stuck, and a restart lets a standby lead.
+		watchdog = leaderelection.NewLeaderHealthzAdaptor(20 * time.Second)
+	}
+	stopMetrics, err := serve(ctx, "metrics", opts.metricsAddress, newMetricsHandler(registry))
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
+	stopHealth, err := serve(ctx, "health", opts.healthAddress, newHealthHandler(controller.HasSynced, watchdog))
+	if err != nil {
+		return err
+	}
+	defer stopHealth()
+
+	// Standbys start the informers too, so a takeover begins warm. Start
+	// does not block; Shutdown waits for the informers' goroutines.
 	kubeInformerFactory.Start(ctx.Done())
 	barInformerFactory.Start(ctx.Done())
 	defer kubeInformerFactory.Shutdown()
 	defer barInformerFactory.Shutdown()
 
-	return controller.Run(ctx, opts.workers)
+	work := func(ctx context.Context) error { return controller.Run(ctx, opts.workers) }
+	if !opts.leaderElection.enabled {
+		return work(ctx)
+	}
+	if opts.leaderElection.namespace == "" {
+		opts.leaderElection.namespace = defaultLeaseNamespace()
+	}
+	// Lease renewals get a client of their own, so a busy controller's
+	// rate limiter can never delay them past the renew deadline.
+	electionClient, err := kubernetes.NewForConfig(rest.AddUserAgent(rest.CopyConfig(cfg), "leader-election"))
+	if err != nil {
+		return err
+	}
+	return runAsLeader(ctx, electionClient, opts.leaderElection, watchdog, work)
 }
 
 func restConfig(opts options) (*rest.Config, error) {

@@ -1,0 +1,327 @@
+/*
+Copyright The bar-controller Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Command local-up is "make run": it starts a local control plane with
+// simulated nodes (internal/testcluster), runs the bar-controller binary
+// against it out of cluster, applies the example Bar, shows it converge, and
+// keeps everything running until Ctrl-C or SIGTERM.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/barcontroller/bar-controller/internal/testcluster"
+	clientset "github.com/barcontroller/bar-controller/pkg/generated/clientset/versioned"
+)
+
+func main() {
+	binDir := flag.String("bin-dir", os.Getenv(testcluster.BinDirEnv), "Directory with etcd, kube-apiserver, ..., kubectl and kwok (the output of hack/install-k8s-binaries.sh).")
+	controller := flag.String("controller", "bin/bar-controller", "The bar-controller binary to run.")
+	dir := flag.String("dir", "_output/local", "Directory for data, certificates, kubeconfig and logs; wiped at start.")
+	nodes := flag.Int("nodes", 1, "Number of simulated nodes.")
+	example := flag.String("example", "artifacts/examples/example-bar.yaml", "Manifest to apply once everything runs.")
+	timeout := flag.Duration("timeout", 2*time.Minute, "How long the example may take to converge.")
+	flag.Parse()
+
+	ctx, stopSignals := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-ctx.Done()
+		// From now on a second Ctrl-C kills this program at once; the
+		// components die with it (Pdeathsig), just less politely.
+		stopSignals()
+	}()
+	err := run(ctx, *binDir, *controller, *dir, *example, *nodes, *timeout)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		fmt.Fprintf(os.Stderr, "==> Interrupted during start-up; stopped what had started (%v)\n", err)
+		os.Exit(1)
+	case err != nil:
+		fmt.Fprintf(os.Stderr, "\nERROR: %v\n", err)
+		os.Exit(1)
+	}
+	fmt.Println("==> Stopped cleanly: every process started here has exited.")
+}
+
+func run(ctx context.Context, binDir, controllerBin, dir, example string, nodes int, timeout time.Duration) error {
+	start := time.Now()
+	if binDir == "" {
+		return errors.New("no --bin-dir: hack/install-k8s-binaries.sh did not print one (see its output above); make run passes it")
+	}
+	if _, err := os.Stat(filepath.Join("artifacts", "crd")); err != nil {
+		return fmt.Errorf("run this from the repository root (make run): %w", err)
+	}
+	if _, err := exec.LookPath(controllerBin); err != nil {
+		return fmt.Errorf("bar-controller binary: %w (make build creates bin/bar-controller)", err)
+	}
+	// Absolute, because the kubeconfig names its CA file by this path and
+	// the user will read it from anywhere.
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	unlock, err := lockDir(dir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	// The previous run's etcd data and certificates would only get in the way.
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	stages, err := testcluster.KwokStages(".")
+	if err != nil {
+		return err
+	}
+
+	fmt.Printf("==> Starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok from %s\n    data and logs: %s\n", binDir, dir)
+	cluster, err := testcluster.Start(ctx, testcluster.Options{
+		BinDir: binDir, Dir: dir, ControllerManager: true, Scheduler: true, KwokStages: stages,
+		// Installed before kube-controller-manager starts, so its garbage
+		// collector knows Bars from the beginning.
+		CRDs: []string{filepath.Join("artifacts", "crd")},
+	})
+	if err != nil {
+		return fmt.Errorf("starting the control plane: %w", err)
+	}
+	defer func() {
+		cluster.Stop()
+		fmt.Printf("==> Stopped etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok; logs kept in %s\n", filepath.Join(dir, "logs"))
+	}()
+	fmt.Printf("    API server %s ready after %s\n", cluster.Server, since(start))
+	for i := range nodes {
+		if err := cluster.AddNode(ctx, fmt.Sprintf("kwok-node-%d", i)); err != nil {
+			return fmt.Errorf("adding a simulated node: %w", err)
+		}
+	}
+
+	ctrl, err := startController(controllerBin, cluster.Kubeconfig, filepath.Join(dir, "logs", "bar-controller.log"))
+	if err != nil {
+		return err
+	}
+	defer func() {
+		ctrl.stop()
+		fmt.Println("==> Stopped bar-controller")
+	}()
+	fmt.Printf("==> Started %s (pid %d), out of cluster; its log: %s\n", controllerBin, ctrl.cmd.Process.Pid, ctrl.logPath)
+
+	out, err := cluster.Kubectl(ctx, "apply", "-f", example)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("==> kubectl apply -f %s: %s", example, out)
+
+	kube := kubernetes.NewForConfigOrDie(cluster.Config)
+	bars := clientset.NewForConfigOrDie(cluster.Config)
+	applied := time.Now()
+	deadline := time.After(timeout)
+	tick := time.NewTicker(2 * time.Second)
+	defer tick.Stop()
+	var lastSig string
+	var converged, everConverged bool
+	for {
+		sig, conv, err := observe(ctx, kube, bars)
+		if err != nil && ctx.Err() == nil {
+			fmt.Printf("    (reading state: %v)\n", err)
+		}
+		if sig != lastSig {
+			lastSig = sig
+			show(ctx, cluster)
+		}
+		if conv && !converged {
+			if !everConverged {
+				fmt.Printf("==> CONVERGED: the Bar's Deployment has all replicas available, %s after apply (%s since start)\n", since(applied), since(start))
+				printHelp(cluster.Kubeconfig, binDir, ctrl.logPath)
+			} else {
+				fmt.Printf("==> CONVERGED again\n")
+			}
+			everConverged = true
+		}
+		converged = conv
+		select {
+		case <-ctx.Done():
+			fmt.Println("\n==> Signal received: stopping bar-controller, then the control plane (Ctrl-C again kills at once)")
+			return nil
+		case <-ctrl.exited:
+			return fmt.Errorf("bar-controller exited unexpectedly (%v)%s", ctrl.err, tail(ctrl.logPath))
+		case <-deadline:
+			if !everConverged {
+				show(ctx, cluster)
+				return fmt.Errorf("the example Bar did not converge within %s (status.availableReplicas never reached spec.replicas with Ready=True)%s", timeout, tail(ctrl.logPath))
+			}
+		case <-tick.C:
+		}
+	}
+}
+
+// observe returns a signature that changes whenever any Bar, Deployment or
+// Pod in the namespace does (their resourceVersions; the AGE column makes
+// kubectl's own output useless for that), and whether every Bar is done:
+// its status describes its current spec, with all replicas available.
+func observe(ctx context.Context, kube kubernetes.Interface, bars clientset.Interface) (string, bool, error) {
+	const ns = "default"
+	var sig strings.Builder
+	barList, err := bars.BarcontrollerV1alpha1().Bars(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return "", false, err
+	}
+	converged := len(barList.Items) > 0
+	for _, b := range barList.Items {
+		sig.WriteString(b.ResourceVersion + " ")
+		ready := false
+		for _, c := range b.Status.Conditions {
+			ready = ready || (c.Type == "Ready" && c.Status == metav1.ConditionTrue)
+		}
+		converged = converged && ready && b.Spec.Replicas != nil &&
+			b.Status.ObservedGeneration == b.Generation && b.Status.AvailableReplicas == *b.Spec.Replicas
+	}
+	deps, err := kube.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return "", false, err
+	}
+	for _, d := range deps.Items {
+		sig.WriteString(d.ResourceVersion + " ")
+	}
+	pods, err := kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return "", false, err
+	}
+	for _, p := range pods.Items {
+		sig.WriteString(p.ResourceVersion + " ")
+	}
+	return sig.String(), converged, nil
+}
+
+func show(ctx context.Context, c *testcluster.Cluster) {
+	out, err := c.Kubectl(ctx, "get", "bars,deployments,pods", "-o", "wide")
+	if err != nil {
+		if ctx.Err() == nil {
+			fmt.Printf("    (%v)\n", err)
+		}
+		return
+	}
+	fmt.Printf("\n--- %s  kubectl get bars,deployments,pods -o wide\n%s", time.Now().Format("15:04:05"), out)
+}
+
+func printHelp(kubeconfig, binDir, controllerLog string) {
+	kubectl := filepath.Join(binDir, "kubectl")
+	fmt.Printf(`
+The cluster is yours to play with (from another terminal):
+
+  export KUBECONFIG=%s
+  %s get bars,deployments,pods
+  %s scale bar/example --replicas=5
+
+bar-controller's log: %s
+Press Ctrl-C to stop everything. Changes are shown below as they happen.
+`, kubeconfig, kubectl, kubectl, controllerLog)
+}
+
+// controllerProc is bar-controller running as a separate process, as it
+// would in a real deployment, not in this program.
+type controllerProc struct {
+	cmd     *exec.Cmd
+	logPath string
+	exited  chan struct{}
+	err     error // valid once exited is closed
+}
+
+func startController(binary, kubeconfig, logPath string) (*controllerProc, error) {
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(binary, "--kubeconfig="+kubeconfig, "--v=2")
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	// Like the components: its own process group, so Ctrl-C reaches only
+	// this program, which stops the controller before the API server; and
+	// killed by the kernel if this program dies without cleaning up.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return nil, fmt.Errorf("starting bar-controller: %w", err)
+	}
+	p := &controllerProc{cmd: cmd, logPath: logPath, exited: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		logFile.Close()
+		close(p.exited)
+	}()
+	return p, nil
+}
+
+// stop lets the controller finish its syncs in progress (SIGTERM), and
+// kills it if that takes over ten seconds. It is safe to call twice.
+func (p *controllerProc) stop() {
+	select {
+	case <-p.exited:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(10 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+	}
+}
+
+// lockDir takes an exclusive lock next to dir, so a second "make run" in
+// the same tree fails clearly instead of wiping the first one's data. The
+// kernel drops the lock when this process exits, however it exits.
+func lockDir(dir string) (func(), error) {
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(dir+".lock", os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%s is in use by another make run (%v); stop that one first", dir, err)
+	}
+	return func() { f.Close() }, nil
+}
+
+// tail returns the last lines of a log, formatted to append to an error.
+func tail(path string) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	lines = lines[max(0, len(lines)-25):]
+	return fmt.Sprintf("\n--- last lines of %s ---\n%s", path, strings.Join(lines, "\n"))
+}
+
+func since(t time.Time) string { return time.Since(t).Round(100 * time.Millisecond).String() }

@@ -1,0 +1,150 @@
+/*
+Copyright The bar-controller Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/klog/v2"
+)
+
+// errLostLease is returned when another replica took the lease away. The
+// process exits non-zero and its Pod restarts as a standby: continuing
+// would mean two replicas writing at once.
+var errLostLease = errors.New("lost the leader election lease")
+
+type leaderElectionOptions struct {
+	enabled       bool
+	leaseName     string
+	namespace     string
+	leaseDuration time.Duration
+	renewDeadline time.Duration
+	retryPeriod   time.Duration
+}
+
+// runAsLeader runs work only while this process holds the Lease. Standbys
+// wait in le.Run with warm informers, so a takeover starts syncing at once.
+//
+// The order on shutdown matters: a signal first stops work (syncs in
+// progress finish), and only then is the Lease released, so that a standby
+// never starts while this process is still writing.
+func runAsLeader(ctx context.Context, client kubernetes.Interface, opts leaderElectionOptions,
+	watchdog *leaderelection.HealthzAdaptor, work func(context.Context) error) error {
+	logger := klog.FromContext(ctx)
+	identity, err := leaderIdentity()
+	if err != nil {
+		return err
+	}
+	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, opts.namespace, opts.leaseName,
+		client.CoreV1(), client.CoordinationV1(), resourcelock.ResourceLockConfig{Identity: identity})
+	if err != nil {
+		return fmt.Errorf("creating the lease lock: %w", err)
+	}
+
+	// The elector gets a context of its own: cancelling it releases the lease.
+	electorCtx, stopElector := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopElector()
+	var leading, lost atomic.Bool
+	workDone := make(chan error, 1)
+	// A standby has no work to wind down: on a signal it just leaves.
+	defer context.AfterFunc(ctx, func() {
+		if !leading.Load() {
+			stopElector()
+		}
+	})()
+
+	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock:            lock,
+		Name:            opts.leaseName,
+		LeaseDuration:   opts.leaseDuration,
+		RenewDeadline:   opts.renewDeadline,
+		RetryPeriod:     opts.retryPeriod,
+		ReleaseOnCancel: true,
+		WatchDog:        watchdog,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(leaderCtx context.Context) {
+				leading.Store(true)
+				logger.Info("Became leader; starting work", "identity", identity)
+				// Work stops on a signal (ctx) or when the lease is lost (leaderCtx).
+				workCtx, cancel := context.WithCancel(leaderCtx)
+				defer cancel()
+				defer context.AfterFunc(ctx, cancel)()
+				workDone <- work(workCtx)
+				stopElector() // work is done: now release the lease
+			},
+			OnStoppedLeading: func() {
+				if leading.Load() && ctx.Err() == nil {
+					lost.Store(true)
+				}
+			},
+			OnNewLeader: func(id string) {
+				if id != identity {
+					logger.Info("Standing by; another replica leads", "leader", id)
+				}
+			},
+		},
+	})
+	if err != nil {
+		return err
+	}
+	logger.Info("Waiting to acquire the lease", "lease", klog.KRef(opts.namespace, opts.leaseName), "identity", identity)
+	le.Run(electorCtx)
+	if lost.Load() {
+		return errLostLease
+	}
+	select {
+	case err := <-workDone:
+		return err
+	default: // stopped before ever leading
+		return nil
+	}
+}
+
+// leaderIdentity names this process in the Lease: the Pod name in a
+// cluster (set from the downward API), else the host name, plus a random
+// suffix so a restarted process is not mistaken for its predecessor.
+func leaderIdentity() (string, error) {
+	id := os.Getenv("POD_NAME")
+	if id == "" {
+		var err error
+		if id, err = os.Hostname(); err != nil {
+			return "", fmt.Errorf("no POD_NAME and no host name for the leader identity: %w", err)
+		}
+	}
+	return id + "_" + string(uuid.NewUUID()), nil
+}
+
+// defaultLeaseNamespace is the namespace the process runs in, if known.
+func defaultLeaseNamespace() string {
+	if ns := os.Getenv("POD_NAMESPACE"); ns != "" {
+		return ns
+	}
+	if data, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace"); err == nil {
+		return strings.TrimSpace(string(data))
+	}
+	return "default"
+}

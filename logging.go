@@ -1,0 +1,48 @@
+/*
+Copyright The bar-controller Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package main
+
+import (
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+
+	"github.com/go-logr/logr"
+	"k8s.io/klog/v2"
+)
+
+// setupLogging picks the log format. Text is klog's own. JSON goes through
+// log/slog, one object per line, for log pipelines; klog's -v still sets
+// the verbosity (logr's V(n) is slog level -n).
+func setupLogging(format string) error {
+	switch format {
+	case "text":
+		return nil
+	case "json":
+		verbosity := 0
+		if f := flag.Lookup("v"); f != nil {
+			verbosity, _ = strconv.Atoi(f.Value.String())
+		}
+		handler := slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.Level(-verbosity)})
+		klog.SetLogger(logr.FromSlogHandler(handler))
+		return nil
+	default:
+		return fmt.Errorf("--logging-format=%q: want text or json", format)
+	}
+}
