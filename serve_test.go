@@ -1,0 +1,65 @@
+/*
+Copyright The bar-controller Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package main
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+func TestHealthHandler(t *testing.T) {
+	var synced atomic.Bool
+	h := newHealthHandler(synced.Load, nil)
+	get := func(path string) int {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		return rec.Code
+	}
+	if code := get("/readyz"); code != http.StatusServiceUnavailable {
+		t.Errorf("/readyz before sync: %d, want 503", code)
+	}
+	if code := get("/healthz"); code != http.StatusOK {
+		t.Errorf("/healthz: %d, want 200 (alive even before sync)", code)
+	}
+	synced.Store(true)
+	if code := get("/readyz"); code != http.StatusOK {
+		t.Errorf("/readyz after sync: %d, want 200", code)
+	}
+}
+
+func TestMetricsHandlerServesSyncMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(syncsTotal, syncDuration)
+	recordSync(syncSuccess, 3*time.Millisecond)
+	rec := httptest.NewRecorder()
+	newMetricsHandler(reg).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	body := rec.Body.String()
+	for _, want := range []string{
+		`bar_controller_syncs_total{result="success"}`,
+		`bar_controller_sync_duration_seconds_bucket{result="success",le="0.0032"}`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %s:\n%s", want, body)
+		}
+	}
+}
