@@ -254,10 +254,6 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) erro
 		return err
 	}
 
-	if err := c.deleteStaleDeployments(ctx, bar); err != nil {
-		return err
-	}
-
 	deployment, err := c.deploymentsLister.Deployments(bar.Namespace).Get(bar.Spec.DeploymentName)
 	if apierrors.IsNotFound(err) {
 		deployment = nil
@@ -279,6 +275,12 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) erro
 			fmt.Sprintf("the API server rejected Deployment %s: %v", bar.Spec.DeploymentName, err)})
 	}
 	if err != nil {
+		return err
+	}
+	// Only now that the wanted Deployment exists do the ones under an old
+	// name go: a rename never leaves the Bar with nothing running, and a
+	// rename to a name that is taken keeps the old Deployment serving.
+	if err := c.deleteStaleDeployments(ctx, bar); err != nil {
 		return err
 	}
 	return c.updateStatus(ctx, bar, deployment.Status.AvailableReplicas, deploymentReadiness(bar, deployment))

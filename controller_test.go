@@ -128,12 +128,12 @@ func TestDeploymentNameChangeDeletesOldDeployment(t *testing.T) {
 	f.bars = append(f.bars, bar)
 	f.deployments = append(f.deployments, old)
 
-	f.kubeactions = append(f.kubeactions, deleteDeploymentAction(old), applyDeploymentAction(bar, false))
+	f.kubeactions = append(f.kubeactions, applyDeploymentAction(bar, false), deleteDeploymentAction(old))
 	f.actions = append(f.actions, applyStatusAction(bar, 0, metav1.ConditionFalse, barv1alpha1.ReasonReplicasUnavailable,
 		"waiting for Deployment web-v2 to have 1 available replicas (it has 0 replicas: 0 up to date, 0 available)", fixedNow))
 	f.events = []string{
-		"Normal DeploymentDeleted Deleted Deployment web: the Bar now names Deployment web-v2",
 		"Normal DeploymentCreated Created Deployment web-v2",
+		"Normal DeploymentDeleted Deleted Deployment web: the Bar now names Deployment web-v2",
 	}
 	f.run(ctx, keyOf(bar))
 }
@@ -207,4 +207,25 @@ func TestSyncWaitsForCacheToSeeItsOwnWrites(t *testing.T) {
 	if n := len(f.recorder.Events); n != 1 {
 		t.Errorf("%d events, want the single DeploymentCreated", n)
 	}
+}
+
+// A rename to a name someone else's Deployment holds must not take the old
+// Deployment down: the Bar keeps serving from it and reports the clash.
+func TestRenameOntoForeignDeploymentKeepsOldOne(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f := newFixture(t)
+	bar := withStatus(newBar("test", "web", 1), 1, metav1.ConditionTrue, barv1alpha1.ReasonDeploymentAvailable, readyMessage(1, 1, "web"))
+	old := ownedDeployment(bar)
+	bar.Spec.DeploymentName = "taken"
+	bar.Generation++
+	foreign := ownedDeployment(bar)
+	foreign.OwnerReferences = nil
+	f.bars = append(f.bars, bar)
+	f.deployments = append(f.deployments, old, foreign)
+
+	msg := "Deployment taken already exists with no controller, so this Bar does not manage it; " +
+		"delete or rename that Deployment, or choose another spec.deploymentName"
+	f.actions = append(f.actions, applyStatusAction(bar, 0, metav1.ConditionFalse, barv1alpha1.ReasonDeploymentNotOwned, msg, fixedNow))
+	f.events = []string{"Warning DeploymentNotOwned " + msg}
+	f.run(ctx, keyOf(bar))
 }
