@@ -59,7 +59,8 @@ func main() {
 	err := run(ctx, *binDir, *controller, *dir, *example, *nodes, *timeout)
 	switch {
 	case err != nil && ctx.Err() != nil:
-		fmt.Fprintf(os.Stderr, "==> Interrupted during start-up; stopped what had started (%v)\n", err)
+		// err is only the interruption seen from wherever start-up was.
+		fmt.Fprintln(os.Stderr, "==> Interrupted during start-up; stopped everything that had started.")
 		os.Exit(1)
 	case err != nil:
 		fmt.Fprintf(os.Stderr, "\nERROR: %v\n", err)
@@ -123,7 +124,14 @@ func run(ctx context.Context, binDir, controllerBin, dir, example string, nodes 
 		}
 	}
 
-	ctrl, err := startController(controllerBin, cluster.Kubeconfig, filepath.Join(dir, "logs", "bar-controller.log"))
+	// Its defaults, :8080 and :8081 on every interface, may be taken or
+	// exposed; loopback ports picked here are neither.
+	metrics, health, err := freePorts()
+	if err != nil {
+		return err
+	}
+	ctrl, err := startController(controllerBin, filepath.Join(dir, "logs", "bar-controller.log"),
+		"--kubeconfig="+cluster.Kubeconfig, "--v=2", "--metrics-bind-address="+metrics, "--health-probe-bind-address="+health)
 	if err != nil {
 		return err
 	}
@@ -132,6 +140,10 @@ func run(ctx context.Context, binDir, controllerBin, dir, example string, nodes 
 		fmt.Println("==> Stopped bar-controller")
 	}()
 	fmt.Printf("==> Started %s (pid %d), out of cluster; its log: %s\n", controllerBin, ctrl.cmd.Process.Pid, ctrl.logPath)
+	if err := ctrl.waitReady(ctx, "http://"+health+"/readyz"); err != nil {
+		return err
+	}
+	fmt.Printf("    ready (caches synced) after %s; metrics http://%s/metrics, probes http://%s/readyz\n", since(start), metrics, health)
 
 	out, err := cluster.Kubectl(ctx, "apply", "-f", example)
 	if err != nil {
@@ -143,29 +155,32 @@ func run(ctx context.Context, binDir, controllerBin, dir, example string, nodes 
 	bars := clientset.NewForConfigOrDie(cluster.Config)
 	applied := time.Now()
 	deadline := time.After(timeout)
-	tick := time.NewTicker(2 * time.Second)
+	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	var lastSig string
-	var converged, everConverged bool
+	converged := false
 	for {
-		sig, conv, err := observe(ctx, kube, bars)
+		// Report on every change rather than on every transition: a scale
+		// can be complete by the next poll, without an unconverged one.
+		sig, summary, conv, err := observe(ctx, kube, bars)
 		if err != nil && ctx.Err() == nil {
 			fmt.Printf("    (reading state: %v)\n", err)
 		}
 		if sig != lastSig {
 			lastSig = sig
 			show(ctx, cluster)
-		}
-		if conv && !converged {
-			if !everConverged {
-				fmt.Printf("==> CONVERGED: the Bar's Deployment has all replicas available, %s after apply (%s since start)\n", since(applied), since(start))
+			switch {
+			case conv && !converged:
+				fmt.Printf("==> CONVERGED (%s): Deployment created, all Pods Ready, status.availableReplicas == spec.replicas, %s after apply (%s since start)\n",
+					summary, since(applied), since(start))
 				printHelp(cluster.Kubeconfig, binDir, ctrl.logPath)
-			} else {
-				fmt.Printf("==> CONVERGED again\n")
+				converged = true
+			case conv:
+				fmt.Printf("==> converged (%s)\n", summary)
+			case converged:
+				fmt.Printf("    converging (%s)\n", summary)
 			}
-			everConverged = true
 		}
-		converged = conv
 		select {
 		case <-ctx.Done():
 			fmt.Println("\n==> Signal received: stopping bar-controller, then the control plane (Ctrl-C again kills at once)")
@@ -173,7 +188,7 @@ func run(ctx context.Context, binDir, controllerBin, dir, example string, nodes 
 		case <-ctrl.exited:
 			return fmt.Errorf("bar-controller exited unexpectedly (%v)%s", ctrl.err, tail(ctrl.logPath))
 		case <-deadline:
-			if !everConverged {
+			if !converged {
 				show(ctx, cluster)
 				return fmt.Errorf("the example Bar did not converge within %s (status.availableReplicas never reached spec.replicas with Ready=True)%s", timeout, tail(ctrl.logPath))
 			}
@@ -185,39 +200,47 @@ func run(ctx context.Context, binDir, controllerBin, dir, example string, nodes 
 // observe returns a signature that changes whenever any Bar, Deployment or
 // Pod in the namespace does (their resourceVersions; the AGE column makes
 // kubectl's own output useless for that), and whether every Bar is done:
-// its status describes its current spec, with all replicas available.
-func observe(ctx context.Context, kube kubernetes.Interface, bars clientset.Interface) (string, bool, error) {
+// its status describes its current spec, with all replicas available
+// (which the Deployment counts only once its Pods are Ready).
+func observe(ctx context.Context, kube kubernetes.Interface, bars clientset.Interface) (sig, summary string, converged bool, err error) {
 	const ns = "default"
-	var sig strings.Builder
 	barList, err := bars.BarcontrollerV1alpha1().Bars(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return "", false, err
+		return "", "", false, err
 	}
-	converged := len(barList.Items) > 0
+	converged = len(barList.Items) > 0
+	var sums []string
 	for _, b := range barList.Items {
-		sig.WriteString(b.ResourceVersion + " ")
+		sig += b.ResourceVersion + " "
 		ready := false
 		for _, c := range b.Status.Conditions {
 			ready = ready || (c.Type == "Ready" && c.Status == metav1.ConditionTrue)
 		}
-		converged = converged && ready && b.Spec.Replicas != nil &&
-			b.Status.ObservedGeneration == b.Generation && b.Status.AvailableReplicas == *b.Spec.Replicas
+		want := int32(0)
+		if b.Spec.Replicas != nil {
+			want = *b.Spec.Replicas
+		}
+		sums = append(sums, fmt.Sprintf("bar/%s: %d/%d available", b.Name, b.Status.AvailableReplicas, want))
+		converged = converged && ready && b.Status.ObservedGeneration == b.Generation && b.Status.AvailableReplicas == want
 	}
 	deps, err := kube.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return "", false, err
+		return "", "", false, err
 	}
 	for _, d := range deps.Items {
-		sig.WriteString(d.ResourceVersion + " ")
+		sig += d.ResourceVersion + " "
 	}
 	pods, err := kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return "", false, err
+		return "", "", false, err
 	}
 	for _, p := range pods.Items {
-		sig.WriteString(p.ResourceVersion + " ")
+		sig += p.ResourceVersion + " "
 	}
-	return sig.String(), converged, nil
+	if len(sums) == 0 {
+		sums = []string{"no Bars"}
+	}
+	return sig, strings.Join(sums, ", "), converged, nil
 }
 
 func show(ctx context.Context, c *testcluster.Cluster) {
@@ -245,56 +268,6 @@ Press Ctrl-C to stop everything. Changes are shown below as they happen.
 `, kubeconfig, kubectl, kubectl, controllerLog)
 }
 
-// controllerProc is bar-controller running as a separate process, as it
-// would in a real deployment, not in this program.
-type controllerProc struct {
-	cmd     *exec.Cmd
-	logPath string
-	exited  chan struct{}
-	err     error // valid once exited is closed
-}
-
-func startController(binary, kubeconfig, logPath string) (*controllerProc, error) {
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(binary, "--kubeconfig="+kubeconfig, "--v=2")
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	// Like the components: its own process group, so Ctrl-C reaches only
-	// this program, which stops the controller before the API server; and
-	// killed by the kernel if this program dies without cleaning up.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		logFile.Close()
-		return nil, fmt.Errorf("starting bar-controller: %w", err)
-	}
-	p := &controllerProc{cmd: cmd, logPath: logPath, exited: make(chan struct{})}
-	go func() {
-		p.err = cmd.Wait()
-		logFile.Close()
-		close(p.exited)
-	}()
-	return p, nil
-}
-
-// stop lets the controller finish its syncs in progress (SIGTERM), and
-// kills it if that takes over ten seconds. It is safe to call twice.
-func (p *controllerProc) stop() {
-	select {
-	case <-p.exited:
-		return
-	default:
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.exited:
-	case <-time.After(10 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.exited
-	}
-}
-
 // lockDir takes an exclusive lock next to dir, so a second "make run" in
 // the same tree fails clearly instead of wiping the first one's data. The
 // kernel drops the lock when this process exits, however it exits.
@@ -311,17 +284,6 @@ func lockDir(dir string) (func(), error) {
 		return nil, fmt.Errorf("%s is in use by another make run (%v); stop that one first", dir, err)
 	}
 	return func() { f.Close() }, nil
-}
-
-// tail returns the last lines of a log, formatted to append to an error.
-func tail(path string) string {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return ""
-	}
-	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	lines = lines[max(0, len(lines)-25):]
-	return fmt.Sprintf("\n--- last lines of %s ---\n%s", path, strings.Join(lines, "\n"))
 }
 
 func since(t time.Time) string { return time.Since(t).Round(100 * time.Millisecond).String() }

@@ -100,6 +100,9 @@ func (p *process) waitReady(ctx context.Context, timeout time.Duration, check fu
 		case <-p.exited:
 			return fmt.Errorf("%s exited during start-up (%v)%s", p.name, p.err, p.logTail())
 		case <-ctx.Done():
+			if errors.Is(ctx.Err(), context.Canceled) {
+				return fmt.Errorf("start-up of %s interrupted: %w", p.name, ctx.Err())
+			}
 			return fmt.Errorf("%s not ready after %s: %v%s", p.name, timeout, last, p.logTail())
 		case <-time.After(200 * time.Millisecond):
 		}
