@@ -71,10 +71,19 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	// The ops tests (ops_env_test.go) run this binary as the real
+	// bar-controller. The testing flags are registered but not parsed yet,
+	// and their names (test.*) do not clash with klog's or ours, so main()
+	// parses the controller's command line as the real binary would.
+	if os.Getenv(runMainEnv) == "1" {
+		main()
+		os.Exit(0)
+	}
 	code := m.Run()
 	if sharedEnv != nil {
 		sharedEnv.stop()
 	}
+	stopOpsEnv()
 	os.Exit(code)
 }
 

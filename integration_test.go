@@ -31,6 +31,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	barv1alpha1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1alpha1"
@@ -144,7 +145,7 @@ func TestCreateConvergesAndScales(t *testing.T) {
 
 	// One creation, announced once: the stale-cache guard keeps a quick
 	// second sync from applying and announcing the Deployment again.
-	if n := eventCount(t, env, ns, "web", EventDeploymentCreated); n != 1 {
+	if n := waitForEvents(t, env, ns, "web", EventDeploymentCreated); n != 1 {
 		t.Errorf("%d %s events, want 1", n, EventDeploymentCreated)
 	}
 }
@@ -158,12 +159,18 @@ func TestDriftIsRepairedAndOthersFieldsSurvive(t *testing.T) {
 
 	edit := func(mutate func(*appsv1.Deployment)) {
 		t.Helper()
-		d, err := env.kube.AppsV1().Deployments(ns).Get(ctx, "drift", metav1.GetOptions{})
+		// The Deployment controller writes status all the while: a person
+		// editing would retry on a conflict, and so does this.
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			d, err := env.kube.AppsV1().Deployments(ns).Get(ctx, "drift", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			mutate(d)
+			_, err = env.kube.AppsV1().Deployments(ns).Update(ctx, d, metav1.UpdateOptions{FieldManager: "someone-else"})
+			return err
+		})
 		if err != nil {
-			t.Fatal(err)
-		}
-		mutate(d)
-		if _, err := env.kube.AppsV1().Deployments(ns).Update(ctx, d, metav1.UpdateOptions{FieldManager: "someone-else"}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -203,7 +210,7 @@ func TestDeploymentNameChangeReplacesDeployment(t *testing.T) {
 	if err != nil || !metav1.IsControlledBy(d, bar) {
 		t.Errorf("new Deployment: %v, controlled by the Bar: %v", err, err == nil && metav1.IsControlledBy(d, bar))
 	}
-	if n := eventCount(t, env, ns, "rename", EventDeploymentDeleted); n != 1 {
+	if n := waitForEvents(t, env, ns, "rename", EventDeploymentDeleted); n != 1 {
 		t.Errorf("%d %s events, want 1", n, EventDeploymentDeleted)
 	}
 }
@@ -235,9 +242,7 @@ func TestForeignDeploymentIsLeftAlone(t *testing.T) {
 		c := meta.FindStatusCondition(bar.Status.Conditions, barv1alpha1.ConditionReady)
 		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == barv1alpha1.ReasonDeploymentNotOwned, nil
 	})
-	if n := eventCount(t, env, ns, "clash", EventDeploymentNotOwned); n != 1 {
-		t.Errorf("%d Warning %s events, want 1", n, EventDeploymentNotOwned)
-	}
+	waitForEvents(t, env, ns, "clash", EventDeploymentNotOwned)
 
 	// No hot loop: over several resync periods the Bar is synced again and
 	// again, and nothing is written.
@@ -245,6 +250,9 @@ func TestForeignDeploymentIsLeftAlone(t *testing.T) {
 	time.Sleep(4 * testResync)
 	if w := env.writes.since(ns, before); len(w) > 0 {
 		t.Errorf("the controller kept writing while blocked: %v", w)
+	}
+	if n := eventCount(t, env, ns, "clash", EventDeploymentNotOwned); n != 1 {
+		t.Errorf("%d Warning %s events, want 1", n, EventDeploymentNotOwned)
 	}
 	d, err := env.kube.AppsV1().Deployments(ns).Get(ctx, "taken", metav1.GetOptions{})
 	if err != nil {
@@ -363,6 +371,18 @@ func waitForDeployment(t *testing.T, env *integrationEnv, ns, name, what string,
 		return err == nil && cond(d), err
 	})
 	return d
+}
+
+// waitForEvents waits until the event recorder, which writes in the
+// background, has written at least one such event, and returns the count.
+func waitForEvents(t *testing.T, env *integrationEnv, ns, bar, reason string) int {
+	t.Helper()
+	var n int
+	eventually(t, "a "+reason+" event", func(context.Context) (bool, error) {
+		n = eventCount(t, env, ns, bar, reason)
+		return n > 0, nil
+	})
+	return n
 }
 
 // eventCount adds up the events with a reason about a Bar, counting the

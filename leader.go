@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -68,11 +69,21 @@ func runAsLeader(ctx context.Context, client kubernetes.Interface, opts leaderEl
 	// The elector gets a context of its own: cancelling it releases the lease.
 	electorCtx, stopElector := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopElector()
-	var leading, lost atomic.Bool
+	// leading and stopping decide, under mu, who releases the lease on a
+	// signal: a standby leaves at once; a leader only after its work ends.
+	// Deciding both under one lock closes the window in which a signal and
+	// winning the election cross, and the lease would go while work starts.
+	var (
+		mu                sync.Mutex
+		leading, stopping bool
+		lost              atomic.Bool
+	)
 	workDone := make(chan error, 1)
-	// A standby has no work to wind down: on a signal it just leaves.
 	defer context.AfterFunc(ctx, func() {
-		if !leading.Load() {
+		mu.Lock()
+		defer mu.Unlock()
+		stopping = true
+		if !leading {
 			stopElector()
 		}
 	})()
@@ -87,7 +98,13 @@ func runAsLeader(ctx context.Context, client kubernetes.Interface, opts leaderEl
 		WatchDog:        watchdog,
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(leaderCtx context.Context) {
-				leading.Store(true)
+				mu.Lock()
+				if stopping { // won the lease just as the signal came
+					mu.Unlock()
+					return
+				}
+				leading = true
+				mu.Unlock()
 				logger.Info("Became leader; starting work", "identity", identity)
 				// Work stops on a signal (ctx) or when the lease is lost (leaderCtx).
 				workCtx, cancel := context.WithCancel(leaderCtx)
@@ -97,7 +114,9 @@ func runAsLeader(ctx context.Context, client kubernetes.Interface, opts leaderEl
 				stopElector() // work is done: now release the lease
 			},
 			OnStoppedLeading: func() {
-				if leading.Load() && ctx.Err() == nil {
+				mu.Lock()
+				defer mu.Unlock()
+				if leading && !stopping {
 					lost.Store(true)
 				}
 			},
@@ -110,6 +129,11 @@ func runAsLeader(ctx context.Context, client kubernetes.Interface, opts leaderEl
 	})
 	if err != nil {
 		return err
+	}
+	// Only leaderelection.RunOrDie connects a watchdog to its elector; with
+	// le.Run it is ours to do, or /healthz never notices a stuck leader.
+	if watchdog != nil {
+		watchdog.SetLeaderElection(le)
 	}
 	logger.Info("Waiting to acquire the lease", "lease", klog.KRef(opts.namespace, opts.leaseName), "identity", identity)
 	le.Run(electorCtx)

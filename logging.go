@@ -19,6 +19,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"strconv"
@@ -39,10 +40,13 @@ func setupLogging(format string) error {
 		if f := flag.Lookup("v"); f != nil {
 			verbosity, _ = strconv.Atoi(f.Value.String())
 		}
-		handler := slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.Level(-verbosity)})
-		klog.SetLogger(logr.FromSlogHandler(handler))
+		klog.SetLogger(newJSONLogger(os.Stderr, verbosity))
 		return nil
 	default:
 		return fmt.Errorf("--logging-format=%q: want text or json", format)
 	}
+}
+
+func newJSONLogger(w io.Writer, verbosity int) logr.Logger {
+	return logr.FromSlogHandler(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: slog.Level(-verbosity)}))
 }

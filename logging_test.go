@@ -17,37 +17,26 @@ limitations under the License.
 package main
 
 import (
-	"bufio"
+	"bytes"
 	"encoding/json"
-	"os"
+	"strings"
 	"testing"
-
-	"k8s.io/klog/v2"
 )
 
 func TestJSONLogging(t *testing.T) {
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stderr := os.Stderr
-	os.Stderr = w // the JSON handler writes to whatever os.Stderr is now
-	err = setupLogging("json")
-	os.Stderr = stderr
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer klog.ClearLogger()
+	var buf bytes.Buffer
+	logger := newJSONLogger(&buf, 2)
+	logger.Info("Synced Bar", "bar", "default/web")
+	logger.V(2).Info("Applied Deployment")
+	logger.V(3).Info("too verbose for -v=2")
 
-	klog.Background().Info("Synced Bar", "bar", "default/web")
-	w.Close()
-	line, err := bufio.NewReader(r).ReadBytes('\n')
-	if err != nil {
-		t.Fatal(err)
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("want 2 lines at -v=2, got %d: %q", len(lines), lines)
 	}
 	var entry map[string]interface{}
-	if err := json.Unmarshal(line, &entry); err != nil {
-		t.Fatalf("not JSON: %q: %v", line, err)
+	if err := json.Unmarshal([]byte(lines[0]), &entry); err != nil {
+		t.Fatalf("not JSON: %q: %v", lines[0], err)
 	}
 	if entry["msg"] != "Synced Bar" || entry["bar"] != "default/web" {
 		t.Errorf("log entry %v lacks the message or its key/value", entry)

@@ -151,11 +151,16 @@ func run(ctx context.Context, opts options) error {
 	defer stopHealth()
 
 	// Standbys start the informers too, so a takeover begins warm. Start
-	// does not block; Shutdown waits for the informers' goroutines.
-	kubeInformerFactory.Start(ctx.Done())
-	barInformerFactory.Start(ctx.Done())
+	// does not block; Shutdown waits for the informers' goroutines, which
+	// only end once their stop channel is closed. That must happen however
+	// run returns: after a lost lease there is no signal, and waiting for
+	// one would leave the process hanging instead of restarting.
+	informerCtx, stopInformers := context.WithCancel(ctx)
+	kubeInformerFactory.Start(informerCtx.Done())
+	barInformerFactory.Start(informerCtx.Done())
 	defer kubeInformerFactory.Shutdown()
 	defer barInformerFactory.Shutdown()
+	defer stopInformers() // runs first
 
 	work := func(ctx context.Context) error { return controller.Run(ctx, opts.workers) }
 	if !opts.leaderElection.enabled {

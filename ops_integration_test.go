@@ -1,0 +1,386 @@
+/*
+Copyright The bar-controller Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package main
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
+)
+
+// Production operations, against a real API server with bar-controller
+// running as a process (see ops_env_test.go). These tests are sequential.
+
+// Short leader-election timings, so that a takeover after SIGKILL (which
+// has to wait out the lease) fits in a test. Lease 4 s, renew deadline 3 s,
+// retry every 0.5 s (client-go adds up to 20% jitter).
+const opsLeaseDuration = 4 * time.Second
+
+var opsElectionFlags = []string{"--leader-elect", "--leader-elect-lease-duration=4s",
+	"--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=500ms"}
+
+// TestOpsInstallAndServiceAccountRBAC applies artifacts/ and runs the
+// controller as the installed ServiceAccount, through every code path that
+// needs a permission: its RBAC must be enough, and refuse the rest.
+func TestOpsInstallAndServiceAccountRBAC(t *testing.T) {
+	env, ns := setupOps(t)
+	ctx := t.Context()
+	out := env.install(t)
+	if strings.Contains(out, "PodSecurity") || strings.Contains(out, "Warning") {
+		t.Errorf("kubectl apply warned:\n%s", out)
+	}
+	checkPodTemplateAdmitted(t, env)
+
+	kubeconfig, saConfig := env.serviceAccountConfig(t)
+	c := startController(t, "rbac", kubeconfig,
+		slices.Concat(opsElectionFlags, []string{"--leader-elect-lease-namespace=" + installNamespace})...)
+	// Lease create, get, update; Bar and Deployment list and watch;
+	// Deployment create and patch (apply); bars/status patch; Event create.
+	bar := createOpsBar(t, env, ns, "web")
+	waitOpsConverged(t, env, ns, bar.Name)
+	if holder := leaseHolder(t, env, installNamespace, "bar-controller"); !strings.HasPrefix(holder, "rbac_") {
+		t.Errorf("Lease %s/bar-controller held by %q, want the controller", installNamespace, holder)
+	}
+	waitEvent(t, env, bar, EventDeploymentCreated, 1)
+
+	// Event patch: the same drift repaired twice is one Event, counted twice.
+	for range 2 {
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			d, err := env.kube.AppsV1().Deployments(ns).Get(ctx, bar.Spec.DeploymentName, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			d.Spec.Replicas = ptr.To[int32](5)
+			_, err = env.kube.AppsV1().Deployments(ns).Update(ctx, d, metav1.UpdateOptions{})
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "the drift to be repaired", func(ctx context.Context) (bool, error) {
+			d, err := env.kube.AppsV1().Deployments(ns).Get(ctx, bar.Spec.DeploymentName, metav1.GetOptions{})
+			return err == nil && *d.Spec.Replicas == 1, err
+		})
+	}
+	waitEvent(t, env, bar, EventDeploymentUpdated, 2)
+
+	// Deployment delete: a rename replaces the Deployment.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		b, err := env.bars.BarcontrollerV1alpha1().Bars(ns).Get(ctx, bar.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		b.Spec.DeploymentName = "web-renamed"
+		_, err = env.bars.BarcontrollerV1alpha1().Bars(ns).Update(ctx, b, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitOpsConverged(t, env, ns, bar.Name)
+	eventually(t, "the old Deployment to be deleted", func(ctx context.Context) (bool, error) {
+		_, err := env.kube.AppsV1().Deployments(ns).Get(ctx, bar.Spec.DeploymentName, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+
+	checkForbidden(t, kubernetes.NewForConfigOrDie(saConfig), ns)
+
+	c.signal(t, syscall.SIGTERM)
+	if st := c.wait(t, 40*time.Second); st.ExitCode() != 0 {
+		t.Errorf("after SIGTERM: %v, want exit 0", st)
+	}
+	// With no other replica to take it, the release is there to see.
+	if holder := leaseHolder(t, env, installNamespace, "bar-controller"); holder != "" {
+		t.Errorf("after SIGTERM the Lease is still held by %q, want it released", holder)
+	}
+	// Any missing permission (a refused event write, say) shows up here.
+	if log := c.log(t); strings.Contains(strings.ToLower(log), "forbidden") {
+		t.Errorf("the controller was refused something:%s", c.logTail(40))
+	}
+}
+
+// checkForbidden checks that the ServiceAccount cannot do what
+// bar-controller has no business doing.
+func checkForbidden(t *testing.T, sa kubernetes.Interface, ns string) {
+	t.Helper()
+	ctx := t.Context()
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "nginx:1.28.0"}}}}
+	for what, call := range map[string]func() error{
+		"create a Pod": func() error {
+			_, err := sa.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
+			return err
+		},
+		"list Secrets in the namespace": func() error {
+			_, err := sa.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{})
+			return err
+		},
+		"list Secrets cluster-wide": func() error {
+			_, err := sa.CoreV1().Secrets("").List(ctx, metav1.ListOptions{})
+			return err
+		},
+		"get a Secret": func() error {
+			_, err := sa.CoreV1().Secrets(installNamespace).Get(ctx, "any", metav1.GetOptions{})
+			return err
+		},
+		// Syncs read Deployments from the cache and write them by apply.
+		"get a Deployment": func() error {
+			_, err := sa.AppsV1().Deployments(ns).Get(ctx, "web-renamed", metav1.GetOptions{})
+			return err
+		},
+		"update a Deployment with PUT": func() error {
+			d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "web-renamed"}}
+			_, err := sa.AppsV1().Deployments(ns).Update(ctx, d, metav1.UpdateOptions{})
+			return err
+		},
+		"get a Lease outside its namespace": func() error {
+			_, err := sa.CoordinationV1().Leases(ns).Get(ctx, "bar-controller", metav1.GetOptions{})
+			return err
+		},
+		"get another Lease in its namespace": func() error {
+			_, err := sa.CoordinationV1().Leases(installNamespace).Get(ctx, "other", metav1.GetOptions{})
+			return err
+		},
+	} {
+		if err := call(); !apierrors.IsForbidden(err) {
+			t.Errorf("%s: got %v, want Forbidden", what, err)
+		}
+	}
+}
+
+// checkPodTemplateAdmitted creates, as a dry run, a Pod from the installed
+// Deployment's template: Pod Security admission enforces "restricted" on
+// the namespace for Pods, which no kubelet ever creates in this cluster.
+func checkPodTemplateAdmitted(t *testing.T, env *opsEnv) {
+	t.Helper()
+	d, err := env.kube.AppsV1().Deployments(installNamespace).Get(t.Context(), "bar-controller", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dryRun := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{GenerateName: "template-", Labels: d.Spec.Template.Labels},
+		Spec: d.Spec.Template.Spec}
+	if _, err := env.kube.CoreV1().Pods(installNamespace).Create(t.Context(), pod, dryRun); err != nil {
+		t.Errorf("a Pod from the Deployment's template is refused: %v", err)
+	}
+	// And the check has teeth: the same Pod without its securityContexts is not.
+	pod.Spec.SecurityContext = nil
+	for i := range pod.Spec.Containers {
+		pod.Spec.Containers[i].SecurityContext = nil
+	}
+	if _, err := env.kube.CoreV1().Pods(installNamespace).Create(t.Context(), pod, dryRun); !apierrors.IsForbidden(err) {
+		t.Errorf("a Pod without securityContext: got %v, want Forbidden by Pod Security admission", err)
+	}
+}
+
+// TestOpsReadinessAndMetrics starts the controller before its
+// ClusterRoleBinding exists: it is alive but not ready until RBAC lets its
+// informers list. Then a sync shows up in the metrics.
+func TestOpsReadinessAndMetrics(t *testing.T) {
+	env, ns := setupOps(t)
+	ctx := t.Context()
+	env.install(t)
+	kubeconfig, _ := env.serviceAccountConfig(t)
+	if err := env.kube.RbacV1().ClusterRoleBindings().Delete(ctx, "bar-controller", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = env.cluster.Kubectl(context.Background(), "apply", "--server-side", "-k", "artifacts") })
+
+	c := startController(t, "metrics", kubeconfig,
+		slices.Concat(opsElectionFlags, []string{"--leader-elect-lease-namespace=" + installNamespace})...)
+	c.waitProbe(t, "/healthz", 200)
+	// Wait for the informers to have been refused at least once; until
+	// they list successfully, the caches cannot be synced.
+	eventually(t, "a list refused with 403", func(context.Context) (bool, error) {
+		n, _ := metricValue(c.scrape(t), "rest_client_requests_total", map[string]string{"code": "403"})
+		return n > 0, nil
+	})
+	if code := c.probe("/readyz"); code != 503 {
+		t.Errorf("/readyz before the caches synced: %d, want 503", code)
+	}
+	if code := c.probe("/healthz"); code != 200 {
+		t.Errorf("/healthz while not ready: %d, want 200", code)
+	}
+
+	granted := time.Now()
+	env.install(t) // puts the ClusterRoleBinding back
+	c.waitProbe(t, "/readyz", 200)
+	t.Logf("ready %v after the ClusterRoleBinding was applied (the informers retry with backoff)",
+		time.Since(granted).Round(10*time.Millisecond))
+
+	bar := createOpsBar(t, env, ns, "web")
+	waitOpsConverged(t, env, ns, bar.Name)
+	m := c.scrape(t)
+	for _, want := range []struct {
+		name   string
+		labels map[string]string
+		min    float64 // the value must be at least this
+	}{
+		{"workqueue_adds_total", map[string]string{"name": "bars"}, 1},
+		{"workqueue_depth", map[string]string{"name": "bars"}, 0},
+		{"workqueue_work_duration_seconds_count", map[string]string{"name": "bars"}, 1},
+		{"bar_controller_syncs_total", map[string]string{"result": syncSuccess}, 1},
+		{"bar_controller_sync_duration_seconds_count", map[string]string{"result": syncSuccess}, 1},
+		{"rest_client_requests_total", map[string]string{"code": "200", "method": "GET"}, 1},
+		{"rest_client_requests_total", map[string]string{"code": "201"}, 1},
+		{"rest_client_request_duration_seconds_count", nil, 1},
+		{"leader_election_master_status", map[string]string{"name": "bar-controller"}, 1},
+		{"go_goroutines", nil, 1},
+		{"process_resident_memory_bytes", nil, 1},
+	} {
+		if v, found := metricValue(m, want.name, want.labels); !found || v < want.min {
+			t.Errorf("%s%v = %v (found %v), want at least %v", want.name, want.labels, v, found, want.min)
+		}
+	}
+}
+
+// TestOpsLeaderElectionTakeover runs replicas side by side, as the
+// Deployment does, and measures how long the work stops when the leader
+// goes away: gracefully (it releases the Lease) and killed (it cannot).
+// Last, a leader whose Lease is taken away exits.
+func TestOpsLeaderElectionTakeover(t *testing.T) {
+	env, ns := setupOps(t)
+	env.install(t) // for the CRD
+	// As admin, with the Lease in the test's namespace: RBAC is the other
+	// tests' subject. --namespace keeps other tests' Bars out of the counts.
+	flags := slices.Concat(opsElectionFlags, []string{"--leader-elect-lease-namespace=" + ns, "--namespace=" + ns})
+	kubeconfig := env.cluster.Kubeconfig
+
+	// a starts first, so it leads and b stands by.
+	a := startController(t, "a", kubeconfig, flags...)
+	waitLeader(t, env, ns, "a_")
+	b := startController(t, "b", kubeconfig, flags...)
+	b.waitProbe(t, "/readyz", 200) // the standby's caches are warm
+	waitOpsConverged(t, env, ns, createOpsBar(t, env, ns, "one").Name)
+	checkRoles(t, a, b)
+
+	// Graceful: SIGTERM makes the leader finish and release the Lease. A
+	// standby that had to wait for the Lease to expire could not take over
+	// before opsLeaseDuration minus one retry period after the signal.
+	signalled := time.Now()
+	a.signal(t, syscall.SIGTERM)
+	waitLeader(t, env, ns, "b_")
+	graceful := time.Since(signalled)
+	waitOpsConverged(t, env, ns, createOpsBar(t, env, ns, "two").Name)
+	gracefulSync := time.Since(signalled)
+	if st := a.wait(t, 30*time.Second); st.ExitCode() != 0 {
+		t.Errorf("leader after SIGTERM: %v, want exit 0", st)
+	}
+	t.Logf("old leader exited %v after SIGTERM", a.exitedAt.Sub(signalled).Round(time.Millisecond))
+
+	// Killed: nothing releases the Lease, so the standby waits it out.
+	c := startController(t, "c", kubeconfig, flags...)
+	c.waitProbe(t, "/readyz", 200)
+	checkRoles(t, b, c)
+	signalled = time.Now()
+	b.signal(t, syscall.SIGKILL)
+	waitLeader(t, env, ns, "c_")
+	killed := time.Since(signalled)
+	waitOpsConverged(t, env, ns, createOpsBar(t, env, ns, "three").Name)
+	killedSync := time.Since(signalled)
+	b.wait(t, 10*time.Second)
+
+	t.Logf("takeover after graceful release: %v (a new Bar converged %v after the signal); after SIGKILL: %v (converged after %v); lease duration %v",
+		graceful.Round(time.Millisecond), gracefulSync.Round(time.Millisecond),
+		killed.Round(time.Millisecond), killedSync.Round(time.Millisecond), opsLeaseDuration)
+	// Generous bounds for a loaded 2-core machine; the log line above has
+	// the measured values.
+	if graceful > 3*time.Second {
+		t.Errorf("takeover after SIGTERM took %v, want < 3s: was the Lease released?", graceful)
+	}
+	if limit := opsLeaseDuration + 4*time.Second; killed > limit {
+		t.Errorf("takeover after SIGKILL took %v, want < %v", killed, limit)
+	}
+	if n, _ := metricValue(c.scrape(t), "bar_controller_syncs_total", map[string]string{"result": syncSuccess}); n == 0 {
+		t.Errorf("the new leader c has synced nothing")
+	}
+
+	// Lost: someone else takes the Lease over. The leader must stop, and
+	// exit non-zero (its Pod restarts as a standby), once its renewals have
+	// failed for the renew deadline. Standby d must just go on waiting.
+	d := startController(t, "d", kubeconfig, flags...)
+	d.waitProbe(t, "/readyz", 200)
+	intruded := time.Now()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		lease, err := env.kube.CoordinationV1().Leases(ns).Get(t.Context(), "bar-controller", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		lease.Spec.HolderIdentity = ptr.To("intruder")
+		lease.Spec.LeaseDurationSeconds = ptr.To[int32](3600)
+		lease.Spec.RenewTime = ptr.To(metav1.NewMicroTime(time.Now()))
+		_, err = env.kube.CoordinationV1().Leases(ns).Update(t.Context(), lease, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := c.wait(t, 15*time.Second); st.ExitCode() != 1 {
+		t.Errorf("leader after losing the Lease: %v, want exit 1", st)
+	}
+	t.Logf("leader exited %v after its Lease was taken (renew deadline 3s)", c.exitedAt.Sub(intruded).Round(time.Millisecond))
+	if !strings.Contains(c.log(t), errLostLease.Error()) {
+		t.Errorf("leader's log does not say %q:%s", errLostLease, c.logTail(20))
+	}
+
+	// A standby has nothing to finish or release: SIGTERM ends it at once.
+	if v, _ := metricValue(d.scrape(t), "bar_controller_syncs_total", nil); v != 0 {
+		t.Errorf("standby d synced %v times", v)
+	}
+	signalled = time.Now()
+	d.signal(t, syscall.SIGTERM)
+	if st := d.wait(t, 10*time.Second); st.ExitCode() != 0 {
+		t.Errorf("standby after SIGTERM: %v, want exit 0", st)
+	}
+	if took := d.exitedAt.Sub(signalled); took > 5*time.Second {
+		t.Errorf("standby took %v to exit after SIGTERM", took)
+	}
+	if holder := leaseHolder(t, env, ns, "bar-controller"); holder != "intruder" {
+		t.Errorf("Lease held by %q, want it left to the intruder", holder)
+	}
+}
+
+// checkRoles checks that leader's metrics say it leads and syncs, and the
+// standby's that it does neither.
+func checkRoles(t *testing.T, leader, standby *controllerProcess) {
+	t.Helper()
+	lm, sm := leader.scrape(t), standby.scrape(t)
+	leaderStatus := map[string]string{"name": "bar-controller"}
+	if v, _ := metricValue(lm, "leader_election_master_status", leaderStatus); v != 1 {
+		t.Errorf("leader %s: leader_election_master_status %v, want 1", leader.name, v)
+	}
+	if v, found := metricValue(sm, "leader_election_master_status", leaderStatus); !found || v != 0 {
+		t.Errorf("standby %s: leader_election_master_status %v (found %v), want 0", standby.name, v, found)
+	}
+	if v, _ := metricValue(lm, "bar_controller_syncs_total", nil); v == 0 {
+		t.Errorf("leader %s has synced nothing", leader.name)
+	}
+	if v, _ := metricValue(sm, "bar_controller_syncs_total", nil); v != 0 {
+		t.Errorf("standby %s synced %v times", standby.name, v)
+	}
+}

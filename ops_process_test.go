@@ -1,0 +1,292 @@
+/*
+Copyright The bar-controller Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// controllerProcess is one bar-controller process.
+type controllerProcess struct {
+	name       string
+	cmd        *exec.Cmd
+	logPath    string
+	metricsURL string // .../metrics
+	healthURL  string // base of /healthz and /readyz
+	exited     chan struct{}
+	state      *os.ProcessState // valid once exited is closed
+	exitedAt   time.Time        // likewise
+}
+
+// startController runs bar-controller with the given kubeconfig and flags,
+// and POD_NAME=name, which starts its leader-election identity. Cleanup
+// stops it with SIGTERM, so a Lease it holds is released for the next test.
+func startController(t *testing.T, name, kubeconfig string, args ...string) *controllerProcess {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	metricsAddr, healthAddr := freeLocalAddr(t), freeLocalAddr(t)
+	p := &controllerProcess{
+		name:       name,
+		logPath:    filepath.Join(t.TempDir(), name+".log"),
+		metricsURL: "http://" + metricsAddr + "/metrics",
+		healthURL:  "http://" + healthAddr,
+		exited:     make(chan struct{}),
+	}
+	logFile, err := os.Create(p.logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	args = append([]string{"--kubeconfig=" + kubeconfig, "-v=2",
+		"--metrics-bind-address=" + metricsAddr, "--health-probe-bind-address=" + healthAddr}, args...)
+	p.cmd = exec.Command(exe, args...)
+	p.cmd.Env = append(os.Environ(), runMainEnv+"=1", "POD_NAME="+name, "POD_NAMESPACE=",
+		// Under -race the runtime sleeps 1 s before exiting, which would
+		// show up in the shutdown times the tests measure.
+		"GORACE="+strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
+	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
+	// Should this test process die, the kernel kills the controller too.
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := p.cmd.Start(); err != nil {
+		logFile.Close()
+		t.Fatal(err)
+	}
+	go func() {
+		_ = p.cmd.Wait()
+		p.state, p.exitedAt = p.cmd.ProcessState, time.Now()
+		logFile.Close()
+		close(p.exited)
+	}()
+	t.Cleanup(func() {
+		if p.stop() && p.state.ExitCode() != 0 {
+			t.Errorf("controller %s: %v after SIGTERM, want exit 0", name, p.state)
+		}
+		// The binary is built with -race when the tests are: any report
+		// counts, however the process ended.
+		if data, _ := os.ReadFile(p.logPath); strings.Contains(string(data), "WARNING: DATA RACE") {
+			t.Errorf("controller %s reported a data race, see %s", name, p.logPath)
+		}
+		if t.Failed() {
+			t.Logf("controller %s exited (%v)%s", name, p.state, p.logTail(40))
+		}
+	})
+	return p
+}
+
+func (p *controllerProcess) signal(t *testing.T, sig syscall.Signal) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		t.Fatalf("signalling controller %s: %v", p.name, err)
+	}
+}
+
+// wait waits for the process to exit and returns how.
+func (p *controllerProcess) wait(t *testing.T, timeout time.Duration) *os.ProcessState {
+	t.Helper()
+	select {
+	case <-p.exited:
+		return p.state
+	case <-time.After(timeout):
+		t.Fatalf("controller %s still running %s after being stopped", p.name, timeout)
+		return nil
+	}
+}
+
+// stop ends the process with SIGTERM, or SIGKILL if that takes too long.
+// It reports whether the process was still running.
+func (p *controllerProcess) stop() bool {
+	select {
+	case <-p.exited:
+		return false
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(40 * time.Second): // a sync gets up to 30 s to finish
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+	}
+	return true
+}
+
+func (p *controllerProcess) log(t *testing.T) string {
+	t.Helper()
+	data, err := os.ReadFile(p.logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
+}
+
+func (p *controllerProcess) logTail(n int) string {
+	data, err := os.ReadFile(p.logPath)
+	if err != nil {
+		return ""
+	}
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return fmt.Sprintf("\n--- last lines of %s ---\n%s", p.logPath, strings.Join(lines, "\n"))
+}
+
+// probe returns the status code of GET healthURL+path, or 0 if the
+// endpoint does not answer (yet).
+func (p *controllerProcess) probe(path string) int {
+	resp, err := httpClient.Get(p.healthURL + path)
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode
+}
+
+// waitProbe waits until GET path answers want.
+func (p *controllerProcess) waitProbe(t *testing.T, path string, want int) {
+	t.Helper()
+	eventually(t, fmt.Sprintf("%s %s to answer %d", p.name, path, want), func(context.Context) (bool, error) {
+		select {
+		case <-p.exited:
+			return false, fmt.Errorf("controller %s exited: %v", p.name, p.state)
+		default:
+		}
+		return p.probe(path) == want, nil
+	})
+}
+
+var httpClient = &http.Client{Timeout: 5 * time.Second}
+
+// freeLocalAddr returns a 127.0.0.1 address with a port free a moment ago.
+// Should something take it in between, the controller fails to start, loudly.
+func freeLocalAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// sample is one line of the Prometheus text format.
+type sample struct {
+	name   string
+	labels map[string]string
+	value  float64
+}
+
+// scrape reads the controller's /metrics. The parser handles what the
+// text format allows in samples (escaped label values, no timestamps are
+// written by client_golang), which is all this needs.
+func (p *controllerProcess) scrape(t *testing.T) []sample {
+	t.Helper()
+	resp, err := httpClient.Get(p.metricsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s", p.metricsURL, resp.Status)
+	}
+	var out []sample
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		s, err := parseSample(line)
+		if err != nil {
+			t.Fatalf("metrics line %q: %v", line, err)
+		}
+		out = append(out, s)
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func parseSample(line string) (sample, error) {
+	s := sample{labels: map[string]string{}}
+	sp := strings.LastIndexByte(line, ' ')
+	if sp < 0 {
+		return s, fmt.Errorf("no value")
+	}
+	v, err := strconv.ParseFloat(line[sp+1:], 64)
+	if err != nil {
+		return s, err
+	}
+	s.value = v
+	series := line[:sp]
+	brace := strings.IndexByte(series, '{')
+	if brace < 0 {
+		s.name = series
+		return s, nil
+	}
+	s.name = series[:brace]
+	rest := strings.TrimSuffix(series[brace+1:], "}")
+	for rest != "" {
+		eq := strings.IndexByte(rest, '=')
+		if eq < 0 {
+			return s, fmt.Errorf("bad labels %q", rest)
+		}
+		quoted, err := strconv.QuotedPrefix(rest[eq+1:])
+		if err != nil {
+			return s, err
+		}
+		s.labels[rest[:eq]], _ = strconv.Unquote(quoted)
+		rest = strings.TrimPrefix(rest[eq+1+len(quoted):], ",")
+	}
+	return s, nil
+}
+
+// metricValue sums the samples named name whose labels include match; found
+// is false if there are none (a counter vector that was never incremented).
+func metricValue(samples []sample, name string, match map[string]string) (total float64, found bool) {
+next:
+	for _, s := range samples {
+		if s.name != name {
+			continue
+		}
+		for k, v := range match {
+			if s.labels[k] != v {
+				continue next
+			}
+		}
+		total += s.value
+		found = true
+	}
+	return total, found
+}
