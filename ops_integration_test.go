@@ -120,7 +120,7 @@ func TestOpsInstallAndServiceAccountRBAC(t *testing.T) {
 	}
 	// Any missing permission (a refused event write, say) shows up here.
 	if log := c.log(t); strings.Contains(strings.ToLower(log), "forbidden") {
-		t.Errorf("the controller was refused something:%s", c.logTail(40))
+		t.Errorf("the controller was refused something:%s", c.LogTail(40))
 	}
 }
 
@@ -291,7 +291,7 @@ func TestOpsLeaderElectionTakeover(t *testing.T) {
 	if st := a.wait(t, 30*time.Second); st.ExitCode() != 0 {
 		t.Errorf("leader after SIGTERM: %v, want exit 0", st)
 	}
-	t.Logf("old leader exited %v after SIGTERM", a.exitedAt.Sub(signalled).Round(time.Millisecond))
+	t.Logf("old leader exited %v after SIGTERM", a.ExitedAt().Sub(signalled).Round(time.Millisecond))
 
 	// Killed: nothing releases the Lease, so the standby waits it out.
 	c := startController(t, "c", kubeconfig, flags...)
@@ -343,9 +343,9 @@ func TestOpsLeaderElectionTakeover(t *testing.T) {
 	if st := c.wait(t, 15*time.Second); st.ExitCode() != 1 {
 		t.Errorf("leader after losing the Lease: %v, want exit 1", st)
 	}
-	t.Logf("leader exited %v after its Lease was taken (renew deadline 3s)", c.exitedAt.Sub(intruded).Round(time.Millisecond))
+	t.Logf("leader exited %v after its Lease was taken (renew deadline 3s)", c.ExitedAt().Sub(intruded).Round(time.Millisecond))
 	if !strings.Contains(c.log(t), errLostLease.Error()) {
-		t.Errorf("leader's log does not say %q:%s", errLostLease, c.logTail(20))
+		t.Errorf("leader's log does not say %q:%s", errLostLease, c.LogTail(20))
 	}
 
 	// A standby has nothing to finish or release: SIGTERM ends it at once.
@@ -357,7 +357,7 @@ func TestOpsLeaderElectionTakeover(t *testing.T) {
 	if st := d.wait(t, 10*time.Second); st.ExitCode() != 0 {
 		t.Errorf("standby after SIGTERM: %v, want exit 0", st)
 	}
-	if took := d.exitedAt.Sub(signalled); took > 5*time.Second {
+	if took := d.ExitedAt().Sub(signalled); took > 5*time.Second {
 		t.Errorf("standby took %v to exit after SIGTERM", took)
 	}
 	if holder := leaseHolder(t, env, ns, "bar-controller"); holder != "intruder" {
@@ -372,15 +372,15 @@ func checkRoles(t *testing.T, leader, standby *controllerProcess) {
 	lm, sm := leader.scrape(t), standby.scrape(t)
 	leaderStatus := map[string]string{"name": "bar-controller"}
 	if v, _ := metricValue(lm, "leader_election_master_status", leaderStatus); v != 1 {
-		t.Errorf("leader %s: leader_election_master_status %v, want 1", leader.name, v)
+		t.Errorf("leader %s: leader_election_master_status %v, want 1", leader.Name, v)
 	}
 	if v, found := metricValue(sm, "leader_election_master_status", leaderStatus); !found || v != 0 {
-		t.Errorf("standby %s: leader_election_master_status %v (found %v), want 0", standby.name, v, found)
+		t.Errorf("standby %s: leader_election_master_status %v (found %v), want 0", standby.Name, v, found)
 	}
 	if v, _ := metricValue(lm, "bar_controller_syncs_total", nil); v == 0 {
-		t.Errorf("leader %s has synced nothing", leader.name)
+		t.Errorf("leader %s has synced nothing", leader.Name)
 	}
 	if v, _ := metricValue(sm, "bar_controller_syncs_total", nil); v != 0 {
-		t.Errorf("standby %s synced %v times", standby.name, v)
+		t.Errorf("standby %s synced %v times", standby.Name, v)
 	}
 }

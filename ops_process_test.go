@@ -21,28 +21,23 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/barcontroller/bar-controller/internal/testcluster"
 )
 
 // controllerProcess is one bar-controller process.
 type controllerProcess struct {
-	name       string
-	cmd        *exec.Cmd
-	logPath    string
+	*testcluster.Process
 	metricsURL string // .../metrics
 	healthURL  string // base of /healthz and /readyz
-	exited     chan struct{}
-	state      *os.ProcessState // valid once exited is closed
-	exitedAt   time.Time        // likewise
 }
 
 // startController runs bar-controller with the given kubeconfig and flags,
@@ -54,49 +49,33 @@ func startController(t *testing.T, name, kubeconfig string, args ...string) *con
 	if err != nil {
 		t.Fatal(err)
 	}
-	metricsAddr, healthAddr := freeLocalAddr(t), freeLocalAddr(t)
-	p := &controllerProcess{
-		name:       name,
-		logPath:    filepath.Join(t.TempDir(), name+".log"),
-		metricsURL: "http://" + metricsAddr + "/metrics",
-		healthURL:  "http://" + healthAddr,
-		exited:     make(chan struct{}),
-	}
-	logFile, err := os.Create(p.logPath)
+	addrs, err := testcluster.FreeAddrs(2)
 	if err != nil {
 		t.Fatal(err)
 	}
 	args = append([]string{"--kubeconfig=" + kubeconfig, "-v=2",
-		"--metrics-bind-address=" + metricsAddr, "--health-probe-bind-address=" + healthAddr}, args...)
-	p.cmd = exec.Command(exe, args...)
-	p.cmd.Env = append(os.Environ(), runMainEnv+"=1", "POD_NAME="+name, "POD_NAMESPACE=",
+		"--metrics-bind-address=" + addrs[0], "--health-probe-bind-address=" + addrs[1]}, args...)
+	env := []string{runMainEnv + "=1", "POD_NAME=" + name, "POD_NAMESPACE=",
 		// Under -race the runtime sleeps 1 s before exiting, which would
 		// show up in the shutdown times the tests measure.
-		"GORACE="+strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
-	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
-	// Should this test process die, the kernel kills the controller too.
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := p.cmd.Start(); err != nil {
-		logFile.Close()
+		"GORACE=" + strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0")}
+	proc, err := testcluster.StartProcess(name, exe, filepath.Join(t.TempDir(), name+".log"), env, args...)
+	if err != nil {
 		t.Fatal(err)
 	}
-	go func() {
-		_ = p.cmd.Wait()
-		p.state, p.exitedAt = p.cmd.ProcessState, time.Now()
-		logFile.Close()
-		close(p.exited)
-	}()
+	p := &controllerProcess{Process: proc, metricsURL: "http://" + addrs[0] + "/metrics", healthURL: "http://" + addrs[1]}
 	t.Cleanup(func() {
-		if p.stop() && p.state.ExitCode() != 0 {
-			t.Errorf("controller %s: %v after SIGTERM, want exit 0", name, p.state)
+		// A sync gets up to 30 s to finish after SIGTERM.
+		if p.Stop(40*time.Second) && p.State().ExitCode() != 0 {
+			t.Errorf("controller %s: %v after SIGTERM, want exit 0", name, p.State())
 		}
 		// The binary is built with -race when the tests are: any report
 		// counts, however the process ended.
-		if data, _ := os.ReadFile(p.logPath); strings.Contains(string(data), "WARNING: DATA RACE") {
-			t.Errorf("controller %s reported a data race, see %s", name, p.logPath)
+		if data, _ := os.ReadFile(p.LogPath); strings.Contains(string(data), "WARNING: DATA RACE") {
+			t.Errorf("controller %s reported a data race, see %s", name, p.LogPath)
 		}
 		if t.Failed() {
-			t.Logf("controller %s exited (%v)%s", name, p.state, p.logTail(40))
+			t.Logf("controller %s exited (%v)%s", name, p.State(), p.LogTail(40))
 		}
 	})
 	return p
@@ -104,8 +83,8 @@ func startController(t *testing.T, name, kubeconfig string, args ...string) *con
 
 func (p *controllerProcess) signal(t *testing.T, sig syscall.Signal) {
 	t.Helper()
-	if err := p.cmd.Process.Signal(sig); err != nil {
-		t.Fatalf("signalling controller %s: %v", p.name, err)
+	if err := p.Signal(sig); err != nil {
+		t.Fatalf("signalling controller %s: %v", p.Name, err)
 	}
 }
 
@@ -113,51 +92,21 @@ func (p *controllerProcess) signal(t *testing.T, sig syscall.Signal) {
 func (p *controllerProcess) wait(t *testing.T, timeout time.Duration) *os.ProcessState {
 	t.Helper()
 	select {
-	case <-p.exited:
-		return p.state
+	case <-p.Exited():
+		return p.State()
 	case <-time.After(timeout):
-		t.Fatalf("controller %s still running %s after being stopped", p.name, timeout)
+		t.Fatalf("controller %s still running %s after being stopped", p.Name, timeout)
 		return nil
 	}
 }
 
-// stop ends the process with SIGTERM, or SIGKILL if that takes too long.
-// It reports whether the process was still running.
-func (p *controllerProcess) stop() bool {
-	select {
-	case <-p.exited:
-		return false
-	default:
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.exited:
-	case <-time.After(40 * time.Second): // a sync gets up to 30 s to finish
-		_ = p.cmd.Process.Kill()
-		<-p.exited
-	}
-	return true
-}
-
 func (p *controllerProcess) log(t *testing.T) string {
 	t.Helper()
-	data, err := os.ReadFile(p.logPath)
+	data, err := os.ReadFile(p.LogPath)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return string(data)
-}
-
-func (p *controllerProcess) logTail(n int) string {
-	data, err := os.ReadFile(p.logPath)
-	if err != nil {
-		return ""
-	}
-	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return fmt.Sprintf("\n--- last lines of %s ---\n%s", p.logPath, strings.Join(lines, "\n"))
 }
 
 // probe returns the status code of GET healthURL+path, or 0 if the
@@ -175,10 +124,10 @@ func (p *controllerProcess) probe(path string) int {
 // waitProbe waits until GET path answers want.
 func (p *controllerProcess) waitProbe(t *testing.T, path string, want int) {
 	t.Helper()
-	eventually(t, fmt.Sprintf("%s %s to answer %d", p.name, path, want), func(context.Context) (bool, error) {
+	eventually(t, fmt.Sprintf("%s %s to answer %d", p.Name, path, want), func(context.Context) (bool, error) {
 		select {
-		case <-p.exited:
-			return false, fmt.Errorf("controller %s exited: %v", p.name, p.state)
+		case <-p.Exited():
+			return false, fmt.Errorf("controller %s exited: %v", p.Name, p.State())
 		default:
 		}
 		return p.probe(path) == want, nil
@@ -186,18 +135,6 @@ func (p *controllerProcess) waitProbe(t *testing.T, path string, want int) {
 }
 
 var httpClient = &http.Client{Timeout: 5 * time.Second}
-
-// freeLocalAddr returns a 127.0.0.1 address with a port free a moment ago.
-// Should something take it in between, the controller fails to start, loudly.
-func freeLocalAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
 
 // sample is one line of the Prometheus text format.
 type sample struct {

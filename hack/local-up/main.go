@@ -126,21 +126,23 @@ func run(ctx context.Context, binDir, controllerBin, dir, example string, nodes 
 
 	// Its defaults, :8080 and :8081 on every interface, may be taken or
 	// exposed; loopback ports picked here are neither.
-	metrics, health, err := freePorts()
+	addrs, err := testcluster.FreeAddrs(2)
 	if err != nil {
 		return err
 	}
+	metrics, health := addrs[0], addrs[1]
 	ctrl, err := startController(controllerBin, filepath.Join(dir, "logs", "bar-controller.log"),
 		"--kubeconfig="+cluster.Kubeconfig, "--v=2", "--metrics-bind-address="+metrics, "--health-probe-bind-address="+health)
 	if err != nil {
 		return err
 	}
 	defer func() {
-		ctrl.stop()
+		// SIGTERM lets syncs in progress finish; each gets up to 30 s.
+		ctrl.Stop(40 * time.Second)
 		fmt.Println("==> Stopped bar-controller")
 	}()
-	fmt.Printf("==> Started %s (pid %d), out of cluster; its log: %s\n", controllerBin, ctrl.cmd.Process.Pid, ctrl.logPath)
-	if err := ctrl.waitReady(ctx, "http://"+health+"/readyz"); err != nil {
+	fmt.Printf("==> Started %s (pid %d), out of cluster; its log: %s\n", controllerBin, ctrl.Pid(), ctrl.LogPath)
+	if err := waitControllerReady(ctx, ctrl, "http://"+health+"/readyz"); err != nil {
 		return err
 	}
 	fmt.Printf("    ready (caches synced) after %s; metrics http://%s/metrics, probes http://%s/readyz\n", since(start), metrics, health)
@@ -173,7 +175,7 @@ func run(ctx context.Context, binDir, controllerBin, dir, example string, nodes 
 			case conv && !converged:
 				fmt.Printf("==> CONVERGED (%s): Deployment created, all Pods Ready, status.availableReplicas == spec.replicas, %s after apply (%s since start)\n",
 					summary, since(applied), since(start))
-				printHelp(cluster.Kubeconfig, binDir, ctrl.logPath)
+				printHelp(cluster.Kubeconfig, binDir, ctrl.LogPath)
 				converged = true
 			case conv:
 				fmt.Printf("==> converged (%s)\n", summary)
@@ -185,12 +187,12 @@ func run(ctx context.Context, binDir, controllerBin, dir, example string, nodes 
 		case <-ctx.Done():
 			fmt.Println("\n==> Signal received: stopping bar-controller, then the control plane (Ctrl-C again kills at once)")
 			return nil
-		case <-ctrl.exited:
-			return fmt.Errorf("bar-controller exited unexpectedly (%v)%s", ctrl.err, tail(ctrl.logPath))
+		case <-ctrl.Exited():
+			return fmt.Errorf("bar-controller exited unexpectedly (%v)%s", ctrl.State(), ctrl.LogTail(25))
 		case <-deadline:
 			if !converged {
 				show(ctx, cluster)
-				return fmt.Errorf("the example Bar did not converge within %s (status.availableReplicas never reached spec.replicas with Ready=True)%s", timeout, tail(ctrl.logPath))
+				return fmt.Errorf("the example Bar did not converge within %s (status.availableReplicas never reached spec.replicas with Ready=True)%s", timeout, ctrl.LogTail(25))
 			}
 		case <-tick.C:
 		}

@@ -31,6 +31,7 @@ import (
 	"encoding/hex"
 	"encoding/pem"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -84,7 +85,7 @@ type Cluster struct {
 	ServiceAccountKey string
 
 	binDir string
-	procs  []*process // in start order
+	procs  []*Process // in start order
 }
 
 // Start brings the control plane up and returns when the API server is
@@ -108,9 +109,15 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if err := os.MkdirAll(logDir, 0o755); err != nil {
 		return nil, err
 	}
-	ports, err := freePorts(7)
+	addrs, err := FreeAddrs(6)
 	if err != nil {
 		return nil, err
+	}
+	var ports []int
+	for _, a := range addrs {
+		_, port, _ := net.SplitHostPort(a)
+		p, _ := strconv.Atoi(port)
+		ports = append(ports, p)
 	}
 	etcdPort, peerPort, apiPort, kcmPort, schedPort, kwokPort := ports[0], ports[1], ports[2], ports[3], ports[4], ports[5]
 
@@ -161,7 +168,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 // dependencies vanish while still running. It is safe to call twice.
 func (c *Cluster) Stop() {
 	for i := len(c.procs) - 1; i >= 0; i-- {
-		c.procs[i].stop(10 * time.Second)
+		c.procs[i].Stop(10 * time.Second)
 	}
 	c.procs = nil
 }
@@ -184,17 +191,17 @@ func (c *Cluster) Kubectl(ctx context.Context, args ...string) (string, error) {
 func (c *Cluster) Processes() [][2]string {
 	var out [][2]string
 	for _, p := range c.procs {
-		out = append(out, [2]string{p.name, p.logPath})
+		out = append(out, [2]string{p.Name, p.LogPath})
 	}
 	return out
 }
 
-func (c *Cluster) start(logDir, name string, args ...string) (*process, error) {
+func (c *Cluster) start(logDir, name string, args ...string) (*Process, error) {
 	path, err := findBinary(c.binDir, name)
 	if err != nil {
 		return nil, err
 	}
-	p, err := startProcess(name, path, logDir, args...)
+	p, err := StartProcess(name, path, filepath.Join(logDir, name+".log"), nil, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -219,7 +226,7 @@ func (c *Cluster) startEtcd(ctx context.Context, logDir string, port, peerPort i
 	if err != nil {
 		return err
 	}
-	return p.waitReady(ctx, time.Minute, httpCheck(http.DefaultClient, client+"/health", ""))
+	return p.WaitReady(ctx, time.Minute, httpCheck(http.DefaultClient, client+"/health", ""))
 }
 
 func (c *Cluster) startAPIServer(ctx context.Context, logDir string, etcdPort, port int, extra []string) error {
@@ -261,7 +268,7 @@ func (c *Cluster) startAPIServer(ctx context.Context, logDir string, etcdPort, p
 	// The API server writes its self-signed serving certificate at start;
 	// until then only an unverified probe can ask whether it is up.
 	insecure := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
-	if err := p.waitReady(ctx, 2*time.Minute, httpCheck(insecure, c.Server+"/readyz", token)); err != nil {
+	if err := p.WaitReady(ctx, 2*time.Minute, httpCheck(insecure, c.Server+"/readyz", token)); err != nil {
 		return err
 	}
 	return c.writeKubeconfig(filepath.Join(certDir, "apiserver.crt"), token)
@@ -273,7 +280,7 @@ func (c *Cluster) startHealthChecked(ctx context.Context, logDir, name string, p
 		return err
 	}
 	insecure := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
-	return p.waitReady(ctx, time.Minute, httpCheck(insecure, fmt.Sprintf("https://127.0.0.1:%d/healthz", port), ""))
+	return p.WaitReady(ctx, time.Minute, httpCheck(insecure, fmt.Sprintf("https://127.0.0.1:%d/healthz", port), ""))
 }
 
 func (c *Cluster) startKwok(ctx context.Context, logDir string, port int, stages []string) error {
@@ -294,7 +301,7 @@ func (c *Cluster) startKwok(ctx context.Context, logDir string, port int, stages
 	if err != nil {
 		return err
 	}
-	return p.waitReady(ctx, time.Minute, httpCheck(http.DefaultClient, fmt.Sprintf("http://127.0.0.1:%d/healthz", port), ""))
+	return p.WaitReady(ctx, time.Minute, httpCheck(http.DefaultClient, fmt.Sprintf("http://127.0.0.1:%d/healthz", port), ""))
 }
 
 func (c *Cluster) writeKubeconfig(caFile, token string) error {

@@ -25,70 +25,96 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
 )
 
-// process is one control-plane binary running in the background, with its
-// output in a log file.
-type process struct {
-	name    string
-	cmd     *exec.Cmd
-	logPath string
-	exited  chan struct{} // closed when the process is gone
-	err     error         // why it exited; valid after exited is closed
+// Process is a program running in the background with its output in a log
+// file: a control-plane component, or bar-controller itself in make run and
+// the tests that exercise the real binary.
+type Process struct {
+	Name    string
+	LogPath string
+
+	cmd      *exec.Cmd
+	exited   chan struct{} // closed when the process is gone
+	state    *os.ProcessState
+	exitedAt time.Time
 }
 
-func startProcess(name, binary, logDir string, args ...string) (*process, error) {
-	logPath := filepath.Join(logDir, name+".log")
+// StartProcess runs binary with args, its output going to logPath, and env
+// added to this process's environment.
+func StartProcess(name, binary, logPath string, env []string, args ...string) (*Process, error) {
 	logFile, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
 	}
 	cmd := exec.Command(binary, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{
-		// Its own process group, so Ctrl-C in a terminal reaches only us
-		// and we stop the components in order.
+		// Its own process group, so Ctrl-C in a terminal reaches only the
+		// program that started it, which then stops things in order.
 		Setpgid: true,
-		// If this program dies without cleaning up, the kernel kills the
-		// component, so nothing is left holding ports or data.
+		// If that program dies without cleaning up, the kernel kills this
+		// one, so nothing is left holding ports or data.
 		Pdeathsig: syscall.SIGKILL,
 	}
 	if err := cmd.Start(); err != nil {
 		logFile.Close()
 		return nil, fmt.Errorf("starting %s: %w", name, err)
 	}
-	p := &process{name: name, cmd: cmd, logPath: logPath, exited: make(chan struct{})}
+	p := &Process{Name: name, LogPath: logPath, cmd: cmd, exited: make(chan struct{})}
 	go func() {
-		p.err = cmd.Wait()
+		_ = cmd.Wait()
+		p.state, p.exitedAt = cmd.ProcessState, time.Now()
 		logFile.Close()
 		close(p.exited)
 	}()
 	return p, nil
 }
 
-// stop asks the process to exit, and kills it if it has not after grace.
-func (p *process) stop(grace time.Duration) {
+// Exited is closed when the process has exited.
+func (p *Process) Exited() <-chan struct{} { return p.exited }
+
+// State says how the process ended; valid once Exited is closed.
+func (p *Process) State() *os.ProcessState { return p.state }
+
+// ExitedAt is when the exit was noticed; valid once Exited is closed.
+func (p *Process) ExitedAt() time.Time { return p.exitedAt }
+
+// Pid is the process ID.
+func (p *Process) Pid() int { return p.cmd.Process.Pid }
+
+// Signal sends sig to the process.
+func (p *Process) Signal(sig os.Signal) error { return p.cmd.Process.Signal(sig) }
+
+// Stop asks the process to exit (SIGTERM) and kills it if it has not after
+// grace. It reports whether the process was still running.
+func (p *Process) Stop(grace time.Duration) bool {
 	select {
 	case <-p.exited:
-		return
+		return false
 	default:
 	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	_ = p.Signal(syscall.SIGTERM)
 	select {
 	case <-p.exited:
 	case <-time.After(grace):
 		_ = p.cmd.Process.Kill()
 		<-p.exited
 	}
+	return true
 }
 
-// waitReady polls check until it succeeds, the process exits, or the time
-// is up. Failures carry the end of the process's log, which is almost
-// always where the reason is.
-func (p *process) waitReady(ctx context.Context, timeout time.Duration, check func(context.Context) error) error {
+// WaitReady polls check until it succeeds, the process exits, or the time
+// is up. Failures carry the process's log, which is almost always where
+// the reason is.
+func (p *Process) WaitReady(ctx context.Context, timeout time.Duration, check func(context.Context) error) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var last error
@@ -98,52 +124,47 @@ func (p *process) waitReady(ctx context.Context, timeout time.Duration, check fu
 		}
 		select {
 		case <-p.exited:
-			return fmt.Errorf("%s exited during start-up (%v)%s", p.name, p.err, p.logTail())
+			return fmt.Errorf("%s exited during start-up (%v)%s", p.Name, p.state, p.LogTail(25))
 		case <-ctx.Done():
 			if errors.Is(ctx.Err(), context.Canceled) {
-				return fmt.Errorf("start-up of %s interrupted: %w", p.name, ctx.Err())
+				return fmt.Errorf("start-up of %s interrupted: %w", p.Name, ctx.Err())
 			}
-			return fmt.Errorf("%s not ready after %s: %v%s", p.name, timeout, last, p.logTail())
+			return fmt.Errorf("%s not ready after %s: %v%s", p.Name, timeout, last, p.LogTail(25))
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
 }
 
-// logTail returns the last lines of the log, formatted to append to an error.
-func (p *process) logTail() string {
-	const lines = 25
-	data, err := os.ReadFile(p.logPath)
+// LogTail returns the last n lines of the log, formatted to append to an
+// error. The first lines come too when the log is longer: a bad flag is
+// reported at the top of the usage text that follows it.
+func (p *Process) LogTail(n int) string {
+	data, err := os.ReadFile(p.LogPath)
 	if err != nil {
 		return ""
 	}
-	all := strings.Split(strings.TrimRight(string(bytes.ToValidUTF8(data, nil)), "\n"), "\n")
-	if len(all) > lines {
-		all = all[len(all)-lines:]
+	lines := strings.Split(strings.TrimRight(string(bytes.ToValidUTF8(data, nil)), "\n"), "\n")
+	if len(lines) > n+3 {
+		lines = slices.Concat(lines[:3], []string{"[...]"}, lines[len(lines)-n:])
 	}
-	return fmt.Sprintf("\n--- last lines of %s ---\n%s", p.logPath, strings.Join(all, "\n"))
+	return fmt.Sprintf("\n--- %s ---\n%s", p.LogPath, strings.Join(lines, "\n"))
 }
 
-// freePorts reserves n distinct free TCP ports on 127.0.0.1. The ports are
-// released before return, so another program could take one in between;
-// start-up then fails with "address already in use" in the component's log
-// and Start reports it.
-func freePorts(n int) ([]int, error) {
-	var ports []int
-	var listeners []net.Listener
-	defer func() {
-		for _, l := range listeners {
-			l.Close()
-		}
-	}()
+// FreeAddrs returns n distinct 127.0.0.1:port addresses that were free a
+// moment ago. They are released before return, so another program could
+// take one in between; whatever then binds it fails to start, and its log
+// (see WaitReady) says "address already in use".
+func FreeAddrs(n int) ([]string, error) {
+	var addrs []string
 	for range n {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			return nil, fmt.Errorf("finding a free port on 127.0.0.1: %w", err)
 		}
-		listeners = append(listeners, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+		defer l.Close() // held until all are picked, so they differ
+		addrs = append(addrs, l.Addr().String())
 	}
-	return ports, nil
+	return addrs, nil
 }
 
 // findBinary returns dir/name if it is an executable file.
