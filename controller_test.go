@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
@@ -60,32 +61,33 @@ func TestNoOpSyncMakesNoRequests(t *testing.T) {
 	f.run(ctx, keyOf(bar)) // zero requests, zero events
 }
 
-func TestRepairsReplicasDrift(t *testing.T) {
-	_, ctx := ktesting.NewTestContext(t)
-	f := newFixture(t)
-	bar := withStatus(newBar("test", "web", 1), 1, metav1.ConditionTrue, barv1alpha1.ReasonDeploymentAvailable, readyMessage(1, 1, "web"))
-	d := ownedDeployment(bar)
-	d.Spec.Replicas = ptr.To[int32](5) // someone scaled the Deployment by hand
-	f.bars = append(f.bars, bar)
-	f.deployments = append(f.deployments, d)
+// TestRepairsDrift: whatever someone changed among the fields the
+// controller owns, one forced apply puts it back, and nothing else is sent.
+func TestRepairsDrift(t *testing.T) {
+	tests := []struct {
+		name  string
+		drift func(*appsv1.Deployment)
+	}{
+		{"replicas scaled by hand", func(d *appsv1.Deployment) { d.Spec.Replicas = ptr.To[int32](5) }},
+		{"image changed", func(d *appsv1.Deployment) { d.Spec.Template.Spec.Containers[0].Image = "nginx:1.0.0" }},
+		{"label removed", func(d *appsv1.Deployment) { delete(d.Labels, managedByLabel) }},
+		{"blockOwnerDeletion dropped", func(d *appsv1.Deployment) { d.OwnerReferences[0].BlockOwnerDeletion = nil }},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			f := newFixture(t)
+			bar := withStatus(newBar("test", "web", 2), 2, metav1.ConditionTrue, barv1alpha1.ReasonDeploymentAvailable, readyMessage(2, 2, "web"))
+			d := ownedDeployment(bar)
+			tc.drift(d)
+			f.bars = append(f.bars, bar)
+			f.deployments = append(f.deployments, d)
 
-	f.kubeactions = append(f.kubeactions, applyDeploymentAction(bar, true))
-	f.events = []string{"Normal DeploymentUpdated Updated Deployment web to match the Bar"}
-	f.run(ctx, keyOf(bar))
-}
-
-func TestRepairsImageDrift(t *testing.T) {
-	_, ctx := ktesting.NewTestContext(t)
-	f := newFixture(t)
-	bar := withStatus(newBar("test", "web", 2), 2, metav1.ConditionTrue, barv1alpha1.ReasonDeploymentAvailable, readyMessage(2, 2, "web"))
-	d := ownedDeployment(bar)
-	d.Spec.Template.Spec.Containers[0].Image = "nginx:1.0.0"
-	f.bars = append(f.bars, bar)
-	f.deployments = append(f.deployments, d)
-
-	f.kubeactions = append(f.kubeactions, applyDeploymentAction(bar, true))
-	f.events = []string{"Normal DeploymentUpdated Updated Deployment web to match the Bar"}
-	f.run(ctx, keyOf(bar))
+			f.kubeactions = append(f.kubeactions, applyDeploymentAction(bar, true))
+			f.events = []string{"Normal DeploymentUpdated Updated Deployment web to match the Bar"}
+			f.run(ctx, keyOf(bar))
+		})
+	}
 }
 
 func TestLeavesForeignDeploymentAlone(t *testing.T) {
