@@ -33,8 +33,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
 
 	"github.com/barcontroller/bar-controller/internal/testcluster"
@@ -150,20 +148,8 @@ func (e *opsEnv) serviceAccountConfig(t *testing.T) (string, *rest.Config) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	admin, err := clientcmd.LoadFromFile(e.cluster.Kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["local"] = admin.Clusters[admin.Contexts[admin.CurrentContext].Cluster] // server and CA
-	cfg.AuthInfos["sa"] = &clientcmdapi.AuthInfo{Token: tr.Status.Token}
-	cfg.Contexts["sa"] = &clientcmdapi.Context{Cluster: "local", AuthInfo: "sa"}
-	cfg.CurrentContext = "sa"
 	path := filepath.Join(t.TempDir(), "sa.kubeconfig")
-	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
-		t.Fatal(err)
-	}
-	rc, err := clientcmd.BuildConfigFromFlags("", path)
+	rc, err := e.cluster.WriteKubeconfig(path, tr.Status.Token)
 	if err != nil {
 		t.Fatal(err)
 	}

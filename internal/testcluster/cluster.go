@@ -271,7 +271,7 @@ func (c *Cluster) startAPIServer(ctx context.Context, logDir string, etcdPort, p
 	if err := p.WaitReady(ctx, 2*time.Minute, httpCheck(insecure, c.Server+"/readyz", token)); err != nil {
 		return err
 	}
-	return c.writeKubeconfig(filepath.Join(certDir, "apiserver.crt"), token)
+	return c.writeKubeconfig(token)
 }
 
 func (c *Cluster) startHealthChecked(ctx context.Context, logDir, name string, port int, args []string) error {
@@ -304,22 +304,30 @@ func (c *Cluster) startKwok(ctx context.Context, logDir string, port int, stages
 	return p.WaitReady(ctx, time.Minute, httpCheck(http.DefaultClient, fmt.Sprintf("http://127.0.0.1:%d/healthz", port), ""))
 }
 
-func (c *Cluster) writeKubeconfig(caFile, token string) error {
+func (c *Cluster) writeKubeconfig(token string) error {
 	c.Kubeconfig = filepath.Join(c.Dir, "kubeconfig")
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["local"] = &clientcmdapi.Cluster{Server: c.Server, CertificateAuthority: caFile}
-	cfg.AuthInfos["admin"] = &clientcmdapi.AuthInfo{Token: token}
-	cfg.Contexts["local"] = &clientcmdapi.Context{Cluster: "local", AuthInfo: "admin", Namespace: "default"}
-	cfg.CurrentContext = "local"
-	if err := clientcmd.WriteToFile(*cfg, c.Kubeconfig); err != nil {
-		return err
-	}
-	rc, err := clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
+	rc, err := c.WriteKubeconfig(c.Kubeconfig, token)
 	if err != nil {
 		return err
 	}
 	c.Config = rc
 	return nil
+}
+
+// WriteKubeconfig writes a kubeconfig for this API server (verified with
+// its serving certificate) that authenticates with token, and returns the
+// same as a client configuration. The tests use it for service account
+// tokens from the TokenRequest API.
+func (c *Cluster) WriteKubeconfig(path, token string) (*rest.Config, error) {
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["local"] = &clientcmdapi.Cluster{Server: c.Server, CertificateAuthority: filepath.Join(c.Dir, "certs", "apiserver.crt")}
+	cfg.AuthInfos["user"] = &clientcmdapi.AuthInfo{Token: token}
+	cfg.Contexts["local"] = &clientcmdapi.Context{Cluster: "local", AuthInfo: "user", Namespace: "default"}
+	cfg.CurrentContext = "local"
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		return nil, err
+	}
+	return clientcmd.BuildConfigFromFlags("", path)
 }
 
 // httpCheck returns a readiness check: GET url answers 200.
