@@ -51,6 +51,10 @@ verify: ## Check generated code is current, and run gofmt, go vet and shellcheck
 	hack/verify-codegen.sh
 	hack/verify-lint.sh
 
+.PHONY: ci-fresh
+ci-fresh: ## Run .ci/run as a fresh machine would: fresh clone of HEAD, empty Go caches, no bin/ (~20 min).
+	hack/ci-fresh.sh
+
 .PHONY: image
 image: ## Build the container image (needs a Docker engine).
 	docker build --build-arg VERSION=$(VERSION) -t $(IMAGE) .

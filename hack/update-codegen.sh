@@ -11,7 +11,15 @@ REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "${REPO_ROOT}"
 
 MODULE="$(go list -m)"
+# `go list -m -f {{.Dir}}` only reports where a module already is and prints
+# an empty string on a machine whose module cache does not hold it yet (no
+# build or test imports code-generator): download it first.
+go mod download k8s.io/code-generator
 CODEGEN_PKG="$(go list -m -f '{{.Dir}}' k8s.io/code-generator)"
+if [[ ! -f "${CODEGEN_PKG}/kube_codegen.sh" ]]; then
+    echo "k8s.io/code-generator not found in the module cache (got '${CODEGEN_PKG}')" >&2
+    exit 1
+fi
 
 # kube_codegen.sh `go install`s the generators; keep them inside the project
 # instead of the user's GOPATH/bin.

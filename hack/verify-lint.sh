@@ -24,6 +24,17 @@ if ! command -v shellcheck >/dev/null; then
         exit 1
     fi
 fi
+# `go list -m -f {{.Dir}}` prints an empty string for a module that is not in
+# the module cache yet, so whatever reads a module's files must download it
+# first ("go mod download"); a warm cache hides the bug (hack/ci-fresh.sh
+# shows it).
+while IFS= read -r f; do
+    if ! grep -q 'go mod download' "${f}"; then
+        echo "${f} reads a module's directory with 'go list -m' but never runs 'go mod download' first" >&2
+        exit 1
+    fi
+done < <(git ls-files | xargs grep -l -E "go list -m -f '\{\{\.Dir\}\}'|\"list\", \"-m\", \"-f\", \"\{\{\.Dir\}\}\"" 2>/dev/null || true)
+
 mapfile -t scripts < <(git ls-files 'hack/*.sh' '.ci/run')
 shellcheck "${scripts[@]}"
 echo "Lint clean."

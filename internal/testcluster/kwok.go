@@ -17,6 +17,7 @@ limitations under the License.
 package testcluster
 
 import (
+	"encoding/json"
 	"fmt"
 	"os/exec"
 	"path/filepath"
@@ -35,16 +36,30 @@ var kwokStages = []string{
 }
 
 // KwokStages returns the paths of those Stage files in the module cache,
-// read through the kwok wrapper module at repoRoot/hack/tools/kwok (the one
-// hack/install-k8s-binaries.sh builds kwok from, so it is already there).
+// at the version pinned by the kwok wrapper module at
+// repoRoot/hack/tools/kwok (the one hack/install-k8s-binaries.sh builds kwok
+// from). It asks "go mod download" rather than "go list -m": the binary may
+// have been built with another module cache, and go list only reports where
+// a module already is, printing nothing when it is not there.
 func KwokStages(repoRoot string) ([]string, error) {
-	cmd := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/kwok")
+	cmd := exec.Command("go", "mod", "download", "-json", "sigs.k8s.io/kwok")
 	cmd.Dir = filepath.Join(repoRoot, "hack", "tools", "kwok")
 	out, err := cmd.Output()
 	if err != nil {
-		return nil, fmt.Errorf("locating the kwok module (run hack/install-k8s-binaries.sh kwok first): %w", err)
+		var stderr []byte
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = ee.Stderr
+		}
+		return nil, fmt.Errorf("downloading the kwok module: %w: %s", err, strings.TrimSpace(string(stderr)))
 	}
-	dir := strings.TrimSpace(string(out))
+	var mod struct{ Dir, Error string }
+	if err := json.Unmarshal(out, &mod); err != nil {
+		return nil, fmt.Errorf("reading go mod download's answer: %w", err)
+	}
+	if mod.Error != "" || mod.Dir == "" {
+		return nil, fmt.Errorf("downloading the kwok module: %q", mod.Error)
+	}
+	dir := mod.Dir
 	paths := make([]string, len(kwokStages))
 	for i, s := range kwokStages {
 		paths[i] = filepath.Join(dir, s)
