@@ -39,6 +39,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
+	"github.com/barcontroller/bar-controller/internal/metrics"
 	barv1alpha1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1alpha1"
 	clientset "github.com/barcontroller/bar-controller/pkg/generated/clientset/versioned"
 	barscheme "github.com/barcontroller/bar-controller/pkg/generated/clientset/versioned/scheme"
@@ -220,15 +221,15 @@ func (c *Controller) processNextWorkItem(ctx context.Context) bool {
 	var stale *staleCacheError
 	switch {
 	case err == nil:
-		recordSync(syncSuccess, time.Since(start))
+		metrics.RecordSync(metrics.SyncSuccess, time.Since(start))
 		c.queue.Forget(key)
 	case errors.As(err, &stale):
 		// Not a failure: the informer is a few milliseconds behind.
-		recordSync(syncStale, time.Since(start))
+		metrics.RecordSync(metrics.SyncStale, time.Since(start))
 		klog.FromContext(ctx).V(4).Info("Waiting for the cache to catch up", "bar", key, "reason", err)
 		c.queue.AddRateLimited(key)
 	default:
-		recordSync(syncError, time.Since(start))
+		metrics.RecordSync(metrics.SyncError, time.Since(start))
 		utilruntime.HandleErrorWithContext(ctx, err, "Error syncing Bar; will retry", "bar", key)
 		c.queue.AddRateLimited(key)
 	}

@@ -34,6 +34,11 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/klog/v2"
 
+	"github.com/barcontroller/bar-controller/internal/leader"
+	"github.com/barcontroller/bar-controller/internal/logging"
+	"github.com/barcontroller/bar-controller/internal/metrics"
+	"github.com/barcontroller/bar-controller/internal/probes"
+	"github.com/barcontroller/bar-controller/internal/serving"
 	clientset "github.com/barcontroller/bar-controller/pkg/generated/clientset/versioned"
 	informers "github.com/barcontroller/bar-controller/pkg/generated/informers/externalversions"
 )
@@ -52,7 +57,7 @@ type options struct {
 	metricsAddress string
 	healthAddress  string
 	loggingFormat  string
-	leaderElection leaderElectionOptions
+	leaderElection leader.Options
 	showVersion    bool
 }
 
@@ -71,12 +76,12 @@ func (o *options) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.healthAddress, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz probes; 0 disables them.")
 	fs.StringVar(&o.loggingFormat, "logging-format", "text", "Log format: text (klog) or json (one object per line).")
 	le := &o.leaderElection
-	fs.BoolVar(&le.enabled, "leader-elect", false, "Run as one of several replicas: only the holder of a Lease syncs, the others stand by with warm caches.")
-	fs.StringVar(&le.leaseName, "leader-elect-lease-name", "bar-controller", "Name of the Lease used for leader election.")
-	fs.StringVar(&le.namespace, "leader-elect-lease-namespace", "", "Namespace of the Lease. Default: the Pod's namespace ($POD_NAMESPACE or the service account's), else default.")
-	fs.DurationVar(&le.leaseDuration, "leader-elect-lease-duration", 15*time.Second, "How long standbys wait after the last renewal before taking over a Lease whose holder went silent.")
-	fs.DurationVar(&le.renewDeadline, "leader-elect-renew-deadline", 10*time.Second, "How long the leader keeps retrying to renew before it gives up leading (and exits).")
-	fs.DurationVar(&le.retryPeriod, "leader-elect-retry-period", 2*time.Second, "How often to try to acquire or renew the Lease.")
+	fs.BoolVar(&le.Enabled, "leader-elect", false, "Run as one of several replicas: only the holder of a Lease syncs, the others stand by with warm caches.")
+	fs.StringVar(&le.LeaseName, "leader-elect-lease-name", "bar-controller", "Name of the Lease used for leader election.")
+	fs.StringVar(&le.Namespace, "leader-elect-lease-namespace", "", "Namespace of the Lease. Default: the Pod's namespace ($POD_NAMESPACE or the service account's), else default.")
+	fs.DurationVar(&le.LeaseDuration, "leader-elect-lease-duration", 15*time.Second, "How long standbys wait after the last renewal before taking over a Lease whose holder went silent.")
+	fs.DurationVar(&le.RenewDeadline, "leader-elect-renew-deadline", 10*time.Second, "How long the leader keeps retrying to renew before it gives up leading (and exits).")
+	fs.DurationVar(&le.RetryPeriod, "leader-elect-retry-period", 2*time.Second, "How often to try to acquire or renew the Lease.")
 	fs.BoolVar(&o.showVersion, "version", false, "Print the version and exit.")
 }
 
@@ -89,7 +94,7 @@ func main() {
 		fmt.Println("bar-controller", version)
 		return
 	}
-	if err := setupLogging(opts.loggingFormat); err != nil {
+	if err := logging.Setup(opts.loggingFormat); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
@@ -107,7 +112,7 @@ func run(ctx context.Context, opts options) error {
 	logger := klog.FromContext(ctx)
 	logger.Info("Starting bar-controller", "version", version, "namespace", opts.namespace)
 	// Before any client or work queue exists: they pick up the providers.
-	registry := newMetricsRegistry()
+	registry := metrics.NewRegistry()
 
 	cfg, err := restConfig(opts)
 	if err != nil {
@@ -134,17 +139,17 @@ func run(ctx context.Context, opts options) error {
 	}
 
 	var watchdog *leaderelection.HealthzAdaptor
-	if opts.leaderElection.enabled {
+	if opts.leaderElection.Enabled {
 		// /healthz fails if the leader has not renewed for this long
 		// past its lease: it is stuck, and a restart lets a standby lead.
 		watchdog = leaderelection.NewLeaderHealthzAdaptor(20 * time.Second)
 	}
-	stopMetrics, err := serve(ctx, "metrics", opts.metricsAddress, newMetricsHandler(registry))
+	stopMetrics, err := serving.Serve(ctx, "metrics", opts.metricsAddress, metrics.Handler(registry))
 	if err != nil {
 		return err
 	}
 	defer stopMetrics()
-	stopHealth, err := serve(ctx, "health", opts.healthAddress, newHealthHandler(controller.HasSynced, watchdog))
+	stopHealth, err := serving.Serve(ctx, "health", opts.healthAddress, probes.Handler(controller.HasSynced, watchdog))
 	if err != nil {
 		return err
 	}
@@ -163,11 +168,11 @@ func run(ctx context.Context, opts options) error {
 	defer stopInformers() // runs first
 
 	work := func(ctx context.Context) error { return controller.Run(ctx, opts.workers) }
-	if !opts.leaderElection.enabled {
+	if !opts.leaderElection.Enabled {
 		return work(ctx)
 	}
-	if opts.leaderElection.namespace == "" {
-		opts.leaderElection.namespace = defaultLeaseNamespace()
+	if opts.leaderElection.Namespace == "" {
+		opts.leaderElection.Namespace = leader.DefaultNamespace()
 	}
 	// Lease renewals get a client of their own, so a busy controller's
 	// rate limiter can never delay them past the renew deadline.
@@ -175,7 +180,7 @@ func run(ctx context.Context, opts options) error {
 	if err != nil {
 		return err
 	}
-	return runAsLeader(ctx, electionClient, opts.leaderElection, watchdog, work)
+	return leader.Run(ctx, electionClient, opts.leaderElection, watchdog, work)
 }
 
 func restConfig(opts options) (*rest.Config, error) {

@@ -31,6 +31,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
+
+	"github.com/barcontroller/bar-controller/internal/leader"
+	"github.com/barcontroller/bar-controller/internal/metrics"
 )
 
 // Production operations, against a real API server with bar-controller
@@ -244,8 +247,8 @@ func TestOpsReadinessAndMetrics(t *testing.T) {
 		{"workqueue_adds_total", map[string]string{"name": "bars"}, 1},
 		{"workqueue_depth", map[string]string{"name": "bars"}, 0},
 		{"workqueue_work_duration_seconds_count", map[string]string{"name": "bars"}, 1},
-		{"bar_controller_syncs_total", map[string]string{"result": syncSuccess}, 1},
-		{"bar_controller_sync_duration_seconds_count", map[string]string{"result": syncSuccess}, 1},
+		{"bar_controller_syncs_total", map[string]string{"result": metrics.SyncSuccess}, 1},
+		{"bar_controller_sync_duration_seconds_count", map[string]string{"result": metrics.SyncSuccess}, 1},
 		{"rest_client_requests_total", map[string]string{"code": "200", "method": "GET"}, 1},
 		{"rest_client_requests_total", map[string]string{"code": "201"}, 1},
 		{"rest_client_request_duration_seconds_count", nil, 1},
@@ -316,7 +319,7 @@ func TestOpsLeaderElectionTakeover(t *testing.T) {
 	if limit := opsLeaseDuration + 4*time.Second; killed > limit {
 		t.Errorf("takeover after SIGKILL took %v, want < %v", killed, limit)
 	}
-	if n, _ := metricValue(c.scrape(t), "bar_controller_syncs_total", map[string]string{"result": syncSuccess}); n == 0 {
+	if n, _ := metricValue(c.scrape(t), "bar_controller_syncs_total", map[string]string{"result": metrics.SyncSuccess}); n == 0 {
 		t.Errorf("the new leader c has synced nothing")
 	}
 
@@ -344,8 +347,8 @@ func TestOpsLeaderElectionTakeover(t *testing.T) {
 		t.Errorf("leader after losing the Lease: %v, want exit 1", st)
 	}
 	t.Logf("leader exited %v after its Lease was taken (renew deadline 3s)", c.ExitedAt().Sub(intruded).Round(time.Millisecond))
-	if !strings.Contains(c.log(t), errLostLease.Error()) {
-		t.Errorf("leader's log does not say %q:%s", errLostLease, c.LogTail(20))
+	if !strings.Contains(c.log(t), leader.ErrLostLease.Error()) {
+		t.Errorf("leader's log does not say %q:%s", leader.ErrLostLease, c.LogTail(20))
 	}
 
 	// A standby has nothing to finish or release: SIGTERM ends it at once.

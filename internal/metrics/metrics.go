@@ -14,15 +14,19 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package main
+// Package metrics exposes bar-controller's own metrics and client-go's
+// (work queue, REST client, leader election) in the Prometheus text format.
+package metrics
 
 import (
 	"context"
+	"net/http"
 	"net/url"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/client-go/tools/leaderelection"
 	clientmetrics "k8s.io/client-go/tools/metrics"
 	"k8s.io/client-go/util/workqueue"
@@ -35,10 +39,10 @@ import (
 
 // Sync results, the "result" label of the sync metrics.
 const (
-	syncSuccess = "success"
-	syncError   = "error"
-	// syncStale: the sync waited for the cache to catch up (freshness.go).
-	syncStale = "stale_cache"
+	SyncSuccess = "success"
+	SyncError   = "error"
+	// SyncStale: the sync waited for the cache to catch up (freshness.go).
+	SyncStale = "stale_cache"
 )
 
 var (
@@ -94,9 +98,9 @@ var (
 	}, []string{"name"})
 )
 
-// newMetricsRegistry registers every collector, and plugs them into client-go.
+// NewRegistry registers every collector, and plugs them into client-go.
 // Call it once, before the first client or work queue is created.
-func newMetricsRegistry() *prometheus.Registry {
+func NewRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
 		collectors.NewGoCollector(),
@@ -117,7 +121,8 @@ func newMetricsRegistry() *prometheus.Registry {
 	return reg
 }
 
-func recordSync(result string, d time.Duration) {
+// RecordSync counts one sync of a Bar and how long it took.
+func RecordSync(result string, d time.Duration) {
 	syncsTotal.WithLabelValues(result).Inc()
 	syncDuration.WithLabelValues(result).Observe(d.Seconds())
 }
@@ -164,3 +169,10 @@ func (leaderMetrics) NewLeaderMetric() leaderelection.LeaderMetric { return lead
 func (leaderMetrics) On(name string)                               { leaderStatus.WithLabelValues(name).Set(1) }
 func (leaderMetrics) Off(name string)                              { leaderStatus.WithLabelValues(name).Set(0) }
 func (leaderMetrics) SlowpathExercised(string)                     {}
+
+// Handler serves the registry in the Prometheus text format at /metrics.
+func Handler(reg *prometheus.Registry) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	return mux
+}

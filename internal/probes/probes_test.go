@@ -14,22 +14,18 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package main
+package probes
 
 import (
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 func TestHealthHandler(t *testing.T) {
 	var synced atomic.Bool
-	h := newHealthHandler(synced.Load, nil)
+	h := Handler(synced.Load, nil)
 	get := func(path string) int {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
@@ -44,22 +40,5 @@ func TestHealthHandler(t *testing.T) {
 	synced.Store(true)
 	if code := get("/readyz"); code != http.StatusOK {
 		t.Errorf("/readyz after sync: %d, want 200", code)
-	}
-}
-
-func TestMetricsHandlerServesSyncMetrics(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(syncsTotal, syncDuration)
-	recordSync(syncSuccess, 3*time.Millisecond)
-	rec := httptest.NewRecorder()
-	newMetricsHandler(reg).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
-	body := rec.Body.String()
-	for _, want := range []string{
-		`bar_controller_syncs_total{result="success"}`,
-		`bar_controller_sync_duration_seconds_bucket{result="success",le="0.0032"}`,
-	} {
-		if !strings.Contains(body, want) {
-			t.Errorf("/metrics lacks %s:\n%s", want, body)
-		}
 	}
 }

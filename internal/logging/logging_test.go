@@ -14,7 +14,7 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package main
+package logging
 
 import (
 	"bytes"
@@ -25,7 +25,7 @@ import (
 
 func TestJSONLogging(t *testing.T) {
 	var buf bytes.Buffer
-	logger := newJSONLogger(&buf, 2)
+	logger := NewJSONLogger(&buf, 2)
 	logger.Info("Synced Bar", "bar", "default/web")
 	logger.V(2).Info("Applied Deployment")
 	logger.V(3).Info("too verbose for -v=2")
@@ -44,7 +44,7 @@ func TestJSONLogging(t *testing.T) {
 }
 
 func TestUnknownLoggingFormat(t *testing.T) {
-	if err := setupLogging("xml"); err == nil {
+	if err := Setup("xml"); err == nil {
 		t.Error("setupLogging accepted --logging-format=xml")
 	}
 }

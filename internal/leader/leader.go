@@ -14,7 +14,9 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package main
+// Package leader runs the controller's work only while this process holds
+// a coordination.k8s.io Lease, so that of several replicas exactly one writes.
+package leader
 
 import (
 	"context"
@@ -33,34 +35,35 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// errLostLease is returned when another replica took the lease away. The
+// ErrLostLease is returned when another replica took the lease away. The
 // process exits non-zero and its Pod restarts as a standby: continuing
 // would mean two replicas writing at once.
-var errLostLease = errors.New("lost the leader election lease")
+var ErrLostLease = errors.New("lost the leader election lease")
 
-type leaderElectionOptions struct {
-	enabled       bool
-	leaseName     string
-	namespace     string
-	leaseDuration time.Duration
-	renewDeadline time.Duration
-	retryPeriod   time.Duration
+// Options are the --leader-elect-* flags.
+type Options struct {
+	Enabled       bool
+	LeaseName     string
+	Namespace     string
+	LeaseDuration time.Duration
+	RenewDeadline time.Duration
+	RetryPeriod   time.Duration
 }
 
-// runAsLeader runs work only while this process holds the Lease. Standbys
+// Run runs work only while this process holds the Lease. Standbys
 // wait in le.Run with warm informers, so a takeover starts syncing at once.
 //
 // The order on shutdown matters: a signal first stops work (syncs in
 // progress finish), and only then is the Lease released, so that a standby
 // never starts while this process is still writing.
-func runAsLeader(ctx context.Context, client kubernetes.Interface, opts leaderElectionOptions,
+func Run(ctx context.Context, client kubernetes.Interface, opts Options,
 	watchdog *leaderelection.HealthzAdaptor, work func(context.Context) error) error {
 	logger := klog.FromContext(ctx)
 	identity, err := leaderIdentity()
 	if err != nil {
 		return err
 	}
-	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, opts.namespace, opts.leaseName,
+	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, opts.Namespace, opts.LeaseName,
 		client.CoreV1(), client.CoordinationV1(), resourcelock.ResourceLockConfig{Identity: identity})
 	if err != nil {
 		return fmt.Errorf("creating the lease lock: %w", err)
@@ -90,10 +93,10 @@ func runAsLeader(ctx context.Context, client kubernetes.Interface, opts leaderEl
 
 	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock:            lock,
-		Name:            opts.leaseName,
-		LeaseDuration:   opts.leaseDuration,
-		RenewDeadline:   opts.renewDeadline,
-		RetryPeriod:     opts.retryPeriod,
+		Name:            opts.LeaseName,
+		LeaseDuration:   opts.LeaseDuration,
+		RenewDeadline:   opts.RenewDeadline,
+		RetryPeriod:     opts.RetryPeriod,
 		ReleaseOnCancel: true,
 		WatchDog:        watchdog,
 		Callbacks: leaderelection.LeaderCallbacks{
@@ -135,10 +138,10 @@ func runAsLeader(ctx context.Context, client kubernetes.Interface, opts leaderEl
 	if watchdog != nil {
 		watchdog.SetLeaderElection(le)
 	}
-	logger.Info("Waiting to acquire the lease", "lease", klog.KRef(opts.namespace, opts.leaseName), "identity", identity)
+	logger.Info("Waiting to acquire the lease", "lease", klog.KRef(opts.Namespace, opts.LeaseName), "identity", identity)
 	le.Run(electorCtx)
 	if lost.Load() {
-		return errLostLease
+		return ErrLostLease
 	}
 	select {
 	case err := <-workDone:
@@ -162,8 +165,8 @@ func leaderIdentity() (string, error) {
 	return id + "_" + string(uuid.NewUUID()), nil
 }
 
-// defaultLeaseNamespace is the namespace the process runs in, if known.
-func defaultLeaseNamespace() string {
+// DefaultNamespace is the namespace the process runs in, if known.
+func DefaultNamespace() string {
 	if ns := os.Getenv("POD_NAMESPACE"); ns != "" {
 		return ns
 	}

@@ -14,7 +14,8 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package main
+// Package logging selects the log format: klog's text, or JSON lines.
+package logging
 
 import (
 	"flag"
@@ -28,10 +29,10 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// setupLogging picks the log format. Text is klog's own. JSON goes through
+// Setup picks the log format. Text is klog's own. JSON goes through
 // log/slog, one object per line, for log pipelines; klog's -v still sets
 // the verbosity (logr's V(n) is slog level -n).
-func setupLogging(format string) error {
+func Setup(format string) error {
 	switch format {
 	case "text":
 		return nil
@@ -40,13 +41,14 @@ func setupLogging(format string) error {
 		if f := flag.Lookup("v"); f != nil {
 			verbosity, _ = strconv.Atoi(f.Value.String())
 		}
-		klog.SetLogger(newJSONLogger(os.Stderr, verbosity))
+		klog.SetLogger(NewJSONLogger(os.Stderr, verbosity))
 		return nil
 	default:
 		return fmt.Errorf("--logging-format=%q: want text or json", format)
 	}
 }
 
-func newJSONLogger(w io.Writer, verbosity int) logr.Logger {
+// NewJSONLogger logs one JSON object per line to w, up to verbosity.
+func NewJSONLogger(w io.Writer, verbosity int) logr.Logger {
 	return logr.FromSlogHandler(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: slog.Level(-verbosity)}))
 }

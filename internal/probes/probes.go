@@ -1,0 +1,51 @@
+/*
+Copyright The bar-controller Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package probes serves the kubelet's liveness (/healthz) and readiness
+// (/readyz) probes.
+package probes
+
+import (
+	"fmt"
+	"net/http"
+
+	"k8s.io/client-go/tools/leaderelection"
+)
+
+// Handler serves the probes. /healthz fails only when the process
+// is wedged: its leader election has stopped renewing a lease it holds.
+// /readyz fails until the informer caches have synced, on standbys too,
+// since they must be ready to take over.
+func Handler(synced func() bool, watchdog *leaderelection.HealthzAdaptor) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		if watchdog != nil {
+			if err := watchdog.Check(r); err != nil {
+				http.Error(w, "leader election: "+err.Error(), http.StatusInternalServerError)
+				return
+			}
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !synced() {
+			http.Error(w, "informer caches not synced", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	return mux
+}
