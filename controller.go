@@ -20,6 +20,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -94,6 +95,8 @@ type Controller struct {
 	queue workqueue.TypedRateLimitingInterface[cache.ObjectName]
 	// writes keeps a sync from acting on a cache older than its own writes.
 	writes *writeTracker
+	// trace logs every step for the Bars --trace names; nil traces nothing.
+	trace *tracer
 
 	broadcaster record.EventBroadcaster
 	recorder    record.EventRecorder
@@ -143,13 +146,13 @@ func NewController(
 	if err := deploymentInformer.Informer().AddIndexers(cache.Indexers{deploymentsByBarUID: indexDeploymentByBarUID}); err != nil {
 		return nil, fmt.Errorf("adding Deployment index: %w", err)
 	}
-	if _, err := barInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	if _, err := barInformer.Informer().AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
 		AddFunc:    c.addBar,
 		UpdateFunc: c.updateBar,
 	}); err != nil {
 		return nil, fmt.Errorf("adding Bar event handler: %w", err)
 	}
-	if _, err := deploymentInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	if _, err := deploymentInformer.Informer().AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
 		AddFunc:    c.addDeployment,
 		UpdateFunc: c.updateDeployment,
 		DeleteFunc: c.deleteDeployment,
@@ -157,6 +160,18 @@ func NewController(
 		return nil, fmt.Errorf("adding Deployment event handler: %w", err)
 	}
 	return c, nil
+}
+
+// Trace makes the controller log every step it takes for the Bars whose
+// "namespace/name" matches pattern (path.Match syntax; see trace.go). Call
+// it before the informers start.
+func (c *Controller) Trace(pattern string) error {
+	t, err := newTracer(pattern, c.logger, c.queue.Len)
+	if err != nil {
+		return err
+	}
+	c.trace = t
+	return nil
 }
 
 // HasSynced reports whether the informer caches have been filled; until
@@ -208,6 +223,7 @@ func (c *Controller) processNextWorkItem(ctx context.Context) bool {
 		return false
 	}
 	defer c.queue.Done(key)
+	c.trace.dequeued(key, c.queue.NumRequeues(key))
 	if ctx.Err() != nil {
 		// Shutting down: a queued key is not "in progress". It will be
 		// synced again from the caches after the next start.
@@ -222,14 +238,17 @@ func (c *Controller) processNextWorkItem(ctx context.Context) bool {
 	switch {
 	case err == nil:
 		metrics.RecordSync(metrics.SyncSuccess, time.Since(start))
+		c.trace.synced(key, start, metrics.SyncSuccess, nil)
 		c.queue.Forget(key)
 	case errors.As(err, &stale):
 		// Not a failure: the informer is a few milliseconds behind.
 		metrics.RecordSync(metrics.SyncStale, time.Since(start))
+		c.trace.synced(key, start, metrics.SyncStale, err)
 		klog.FromContext(ctx).V(4).Info("Waiting for the cache to catch up", "bar", key, "reason", err)
 		c.queue.AddRateLimited(key)
 	default:
 		metrics.RecordSync(metrics.SyncError, time.Since(start))
+		c.trace.synced(key, start, metrics.SyncError, err)
 		utilruntime.HandleErrorWithContext(ctx, err, "Error syncing Bar; will retry", "bar", key)
 		c.queue.AddRateLimited(key)
 	}
@@ -247,6 +266,7 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) erro
 		// The garbage collector deletes the Deployment through its
 		// ownerReference; nothing is left for us to do.
 		logger.V(4).Info("Bar no longer exists")
+		c.trace.decision(key, "Bar is gone: nothing to do, the garbage collector removes its Deployment", "")
 		c.writes.forget(key)
 		return nil
 	}
@@ -255,9 +275,11 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) erro
 	}
 	if bar.DeletionTimestamp != nil {
 		// Being deleted: do not recreate what the garbage collector removes.
+		c.trace.decision(key, "Bar is being deleted: nothing to do", "")
 		return nil
 	}
 	if err := c.writes.caughtUp(key); err != nil {
+		c.trace.decision(key, "cache older than our last write: wait and retry", err.Error())
 		return err
 	}
 
@@ -267,10 +289,12 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) erro
 	} else if err != nil {
 		return err
 	}
+	c.trace.read(key, bar, deployment)
 	if deployment != nil && !metav1.IsControlledBy(deployment, bar) {
 		// Someone else's Deployment: never touch it. No error either, so no
 		// retry loop: the Deployment handler enqueues this Bar again when
 		// that Deployment changes or goes away.
+		c.trace.decision(key, "Deployment is not controlled by this Bar: leave it alone", "")
 		return c.updateStatus(ctx, bar, 0, notOwnedReadiness(deployment))
 	}
 
@@ -296,24 +320,35 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) erro
 // applyDeployment makes the Deployment match the Bar, writing only if the
 // cached one (have, nil if none) differs, and returns the result.
 func (c *Controller) applyDeployment(ctx context.Context, bar *barv1alpha1.Bar, have *appsv1.Deployment) (*appsv1.Deployment, error) {
+	key := cache.MetaObjectToName(bar)
 	want := newDeployment(bar)
-	if have != nil && deploymentMatches(want, have) {
-		return have, nil
+	var diff []string
+	if have != nil {
+		if diff = deploymentDiff(want, have); len(diff) == 0 {
+			c.trace.decision(key, "Deployment up to date: no write", "")
+			return have, nil
+		}
+		c.trace.decision(key, "Deployment differs: apply with force", strings.Join(diff, ", "))
+	} else {
+		c.trace.decision(key, "no Deployment in the cache: create it", "")
 	}
 	// Force takes fields back from whoever changed them, so it is used only
 	// on a Deployment the cache shows this Bar controls. When the cache
 	// shows none, an unforced apply turns a Deployment that someone created
 	// a moment ago into a conflict error instead of taking it over.
 	opts := metav1.ApplyOptions{FieldManager: fieldManager, Force: have != nil}
+	start := time.Now()
 	d, err := c.kubeclientset.AppsV1().Deployments(bar.Namespace).Apply(ctx, want, opts)
+	c.trace.apiCall(key, "apply deployments/"+bar.Spec.DeploymentName, start, d, err)
 	if err != nil {
 		return nil, fmt.Errorf("applying Deployment %s: %w", bar.Spec.DeploymentName, err)
 	}
-	c.writes.wrote(cache.MetaObjectToName(bar), bar.UID, "deployments", d.ResourceVersion)
+	c.writes.wrote(key, bar.UID, "deployments", d.ResourceVersion)
 	if have == nil {
 		c.recorder.Eventf(bar, corev1.EventTypeNormal, EventDeploymentCreated, "Created Deployment %s", d.Name)
 	} else {
-		c.recorder.Eventf(bar, corev1.EventTypeNormal, EventDeploymentUpdated, "Updated Deployment %s to match the Bar", d.Name)
+		c.recorder.Eventf(bar, corev1.EventTypeNormal, EventDeploymentUpdated, "Updated Deployment %s to match the Bar: %s",
+			d.Name, strings.Join(diff, ", "))
 	}
 	klog.FromContext(ctx).V(2).Info("Applied Deployment", "deployment", klog.KObj(d), "created", have == nil)
 	return d, nil
@@ -333,8 +368,12 @@ func (c *Controller) deleteStaleDeployments(ctx context.Context, bar *barv1alpha
 		}
 		// The UID precondition makes sure we delete the object we looked
 		// at, not a namesake created since.
+		key := cache.MetaObjectToName(bar)
+		c.trace.decision(key, "old Deployment after a rename: delete it", d.Name)
+		start := time.Now()
 		err := c.kubeclientset.AppsV1().Deployments(d.Namespace).Delete(ctx, d.Name,
 			metav1.DeleteOptions{Preconditions: metav1.NewUIDPreconditions(string(d.UID))})
+		c.trace.apiCall(key, "delete deployments/"+d.Name, start, nil, err)
 		if apierrors.IsNotFound(err) {
 			continue
 		}
@@ -351,16 +390,21 @@ func (c *Controller) deleteStaleDeployments(ctx context.Context, bar *barv1alpha
 // updateStatus is the status step: write the Bar's status through the status
 // subresource if, and only if, it would change.
 func (c *Controller) updateStatus(ctx context.Context, bar *barv1alpha1.Bar, available int32, r readiness) error {
+	key := cache.MetaObjectToName(bar)
 	want := newStatus(bar, available, r, c.now())
 	if !statusChanged(&bar.Status, &want) {
+		c.trace.decision(key, "status unchanged: no write", r.reason)
 		return nil
 	}
+	c.trace.decision(key, "status changed: write it", r.reason)
+	start := time.Now()
 	updated, err := c.barclientset.BarcontrollerV1alpha1().Bars(bar.Namespace).ApplyStatus(ctx,
 		statusApplyConfiguration(bar, &want), metav1.ApplyOptions{FieldManager: fieldManager, Force: true})
+	c.trace.apiCall(key, "apply bars/"+bar.Name+"/status", start, updated, err)
 	if err != nil {
 		return fmt.Errorf("updating status: %w", err)
 	}
-	c.writes.wrote(cache.MetaObjectToName(bar), bar.UID, "bars", updated.ResourceVersion)
+	c.writes.wrote(key, bar.UID, "bars", updated.ResourceVersion)
 
 	// Problems are announced once, when the Bar enters them.
 	if old := meta.FindStatusCondition(bar.Status.Conditions, barv1alpha1.ConditionReady); r.status == metav1.ConditionFalse &&

@@ -65,13 +65,16 @@ func TestNoOpSyncMakesNoRequests(t *testing.T) {
 // controller owns, one forced apply puts it back, and nothing else is sent.
 func TestRepairsDrift(t *testing.T) {
 	tests := []struct {
-		name  string
-		drift func(*appsv1.Deployment)
+		name   string
+		drift  func(*appsv1.Deployment)
+		fields string // what the event says was put back
 	}{
-		{"replicas scaled by hand", func(d *appsv1.Deployment) { d.Spec.Replicas = ptr.To[int32](5) }},
-		{"image changed", func(d *appsv1.Deployment) { d.Spec.Template.Spec.Containers[0].Image = "nginx:1.0.0" }},
-		{"label removed", func(d *appsv1.Deployment) { delete(d.Labels, managedByLabel) }},
-		{"blockOwnerDeletion dropped", func(d *appsv1.Deployment) { d.OwnerReferences[0].BlockOwnerDeletion = nil }},
+		{"replicas scaled by hand", func(d *appsv1.Deployment) { d.Spec.Replicas = ptr.To[int32](5) }, "spec.replicas"},
+		{"image changed", func(d *appsv1.Deployment) { d.Spec.Template.Spec.Containers[0].Image = "nginx:1.0.0" },
+			"spec.template.spec.containers[app]"},
+		{"label removed", func(d *appsv1.Deployment) { delete(d.Labels, managedByLabel) }, "metadata.labels"},
+		{"blockOwnerDeletion dropped", func(d *appsv1.Deployment) { d.OwnerReferences[0].BlockOwnerDeletion = nil },
+			"metadata.ownerReferences"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -84,7 +87,7 @@ func TestRepairsDrift(t *testing.T) {
 			f.deployments = append(f.deployments, d)
 
 			f.kubeactions = append(f.kubeactions, applyDeploymentAction(bar, true))
-			f.events = []string{"Normal DeploymentUpdated Updated Deployment web to match the Bar"}
+			f.events = []string{"Normal DeploymentUpdated Updated Deployment web to match the Bar: " + tc.fields}
 			f.run(ctx, keyOf(bar))
 		})
 	}

@@ -113,32 +113,38 @@ func labelValue(name string) string {
 	return prefix + "-" + suffix
 }
 
-// deploymentMatches reports whether the cached Deployment already has every
-// field that want sets. Fields want does not mention (defaults, other
-// containers, annotations someone added) are ignored, just as server-side
-// apply leaves them alone. This check is what keeps a resync free: the
-// controller only sends an apply when it would change something.
-func deploymentMatches(want *appsv1ac.DeploymentApplyConfiguration, have *appsv1.Deployment) bool {
-	if !containsAll(have.Labels, want.Labels) || !hasOwnerReference(have.OwnerReferences, want.OwnerReferences) {
-		return false
+// deploymentDiff lists the fields that want sets and the cached Deployment
+// lacks, or has other values for; nil means it matches. Fields want does not
+// mention (defaults, other containers, annotations someone added) are
+// ignored, just as server-side apply leaves them alone. This check is what
+// keeps a resync free: the controller only sends an apply when the list is
+// not empty. The list is what the --trace output and the DeploymentUpdated
+// event name as the drift that was put back.
+func deploymentDiff(want *appsv1ac.DeploymentApplyConfiguration, have *appsv1.Deployment) []string {
+	var diff []string
+	if !containsAll(have.Labels, want.Labels) {
+		diff = append(diff, "metadata.labels")
+	}
+	if !hasOwnerReference(have.OwnerReferences, want.OwnerReferences) {
+		diff = append(diff, "metadata.ownerReferences")
 	}
 	spec := want.Spec
 	if have.Spec.Replicas == nil || *have.Spec.Replicas != *spec.Replicas {
-		return false
+		diff = append(diff, "spec.replicas")
 	}
 	if have.Spec.Selector == nil || len(have.Spec.Selector.MatchExpressions) != 0 ||
 		!equalLabels(have.Spec.Selector.MatchLabels, spec.Selector.MatchLabels) {
-		return false
+		diff = append(diff, "spec.selector")
 	}
 	if !containsAll(have.Spec.Template.Labels, spec.Template.Labels) {
-		return false
+		diff = append(diff, "spec.template.metadata.labels")
 	}
 	for _, wc := range spec.Template.Spec.Containers {
 		if !hasContainer(have.Spec.Template.Spec.Containers, *wc.Name, *wc.Image) {
-			return false
+			diff = append(diff, "spec.template.spec.containers["+*wc.Name+"]")
 		}
 	}
-	return true
+	return diff
 }
 
 func containsAll(have, want map[string]string) bool {

@@ -18,6 +18,7 @@ package main
 
 import (
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -116,14 +117,14 @@ func TestLabelValue(t *testing.T) {
 	}
 }
 
-func TestDeploymentMatches(t *testing.T) {
+func TestDeploymentDiff(t *testing.T) {
 	bar := newBar("test", "web", 2)
 	tests := []struct {
 		name   string
 		mutate func(*appsv1.Deployment)
-		want   bool
+		want   []string
 	}{
-		{"identical", func(*appsv1.Deployment) {}, true},
+		{"identical", func(*appsv1.Deployment) {}, nil},
 		{"fields others own are ignored", func(d *appsv1.Deployment) {
 			d.Annotations = map[string]string{"note": "added by hand"}
 			d.Labels["extra"] = "x"
@@ -132,25 +133,33 @@ func TestDeploymentMatches(t *testing.T) {
 			d.Spec.Template.Spec.Containers[1].Name = "sidecar"
 			d.Spec.Template.Spec.Containers[1].Image = "busybox:1.36"
 			d.OwnerReferences = append(d.OwnerReferences, metav1.OwnerReference{APIVersion: "v1", Kind: "ConfigMap", Name: "x", UID: "x"})
-		}, true},
-		{"replicas differ", func(d *appsv1.Deployment) { d.Spec.Replicas = ptr.To[int32](1) }, false},
-		{"replicas unset", func(d *appsv1.Deployment) { d.Spec.Replicas = nil }, false},
-		{"image differs", func(d *appsv1.Deployment) { d.Spec.Template.Spec.Containers[0].Image = "nginx:1.0.0" }, false},
-		{"container renamed", func(d *appsv1.Deployment) { d.Spec.Template.Spec.Containers[0].Name = "other" }, false},
-		{"label removed", func(d *appsv1.Deployment) { delete(d.Labels, managedByLabel) }, false},
-		{"template label changed", func(d *appsv1.Deployment) { d.Spec.Template.Labels[barLabel] = "x" }, false},
-		{"selector widened", func(d *appsv1.Deployment) { d.Spec.Selector.MatchLabels["extra"] = "x" }, false},
+		}, nil},
+		{"replicas differ", func(d *appsv1.Deployment) { d.Spec.Replicas = ptr.To[int32](1) }, []string{"spec.replicas"}},
+		{"replicas unset", func(d *appsv1.Deployment) { d.Spec.Replicas = nil }, []string{"spec.replicas"}},
+		{"image differs", func(d *appsv1.Deployment) { d.Spec.Template.Spec.Containers[0].Image = "nginx:1.0.0" },
+			[]string{"spec.template.spec.containers[app]"}},
+		{"container renamed", func(d *appsv1.Deployment) { d.Spec.Template.Spec.Containers[0].Name = "other" },
+			[]string{"spec.template.spec.containers[app]"}},
+		{"label removed", func(d *appsv1.Deployment) { delete(d.Labels, managedByLabel) }, []string{"metadata.labels"}},
+		{"template label changed", func(d *appsv1.Deployment) { d.Spec.Template.Labels[barLabel] = "x" },
+			[]string{"spec.template.metadata.labels"}},
+		{"selector widened", func(d *appsv1.Deployment) { d.Spec.Selector.MatchLabels["extra"] = "x" }, []string{"spec.selector"}},
 		{"selector expression added", func(d *appsv1.Deployment) {
 			d.Spec.Selector.MatchExpressions = []metav1.LabelSelectorRequirement{{Key: "a", Operator: metav1.LabelSelectorOpExists}}
-		}, false},
-		{"blockOwnerDeletion dropped", func(d *appsv1.Deployment) { d.OwnerReferences[0].BlockOwnerDeletion = nil }, false},
+		}, []string{"spec.selector"}},
+		{"blockOwnerDeletion dropped", func(d *appsv1.Deployment) { d.OwnerReferences[0].BlockOwnerDeletion = nil },
+			[]string{"metadata.ownerReferences"}},
+		{"scaled and relabelled", func(d *appsv1.Deployment) {
+			d.Spec.Replicas = ptr.To[int32](9)
+			delete(d.Labels, barLabel)
+		}, []string{"metadata.labels", "spec.replicas"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			d := ownedDeployment(bar)
 			tc.mutate(d)
-			if got := deploymentMatches(newDeployment(bar), d); got != tc.want {
-				t.Errorf("deploymentMatches = %v, want %v", got, tc.want)
+			if got := deploymentDiff(newDeployment(bar), d); !slices.Equal(got, tc.want) {
+				t.Errorf("deploymentDiff = %q, want %q", got, tc.want)
 			}
 		})
 	}

@@ -45,7 +45,7 @@ import (
 var fixedNow = metav1.NewTime(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 
 type fixture struct {
-	t *testing.T
+	t testing.TB
 
 	kubeclient *k8sfake.Clientset
 	client     *fake.Clientset
@@ -64,7 +64,7 @@ type fixture struct {
 	events      []string
 }
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t testing.TB) *fixture {
 	return &fixture{t: t}
 }
 
@@ -117,7 +117,7 @@ func (f *fixture) run(ctx context.Context, key cache.ObjectName) {
 	checkEvents(f.t, f.events, f.recorder.Events)
 }
 
-func checkActions(t *testing.T, client string, want, got []core.Action) {
+func checkActions(t testing.TB, client string, want, got []core.Action) {
 	t.Helper()
 	for i := 0; i < max(len(want), len(got)); i++ {
 		switch {
@@ -134,7 +134,7 @@ func checkActions(t *testing.T, client string, want, got []core.Action) {
 // checkAction compares verb, resource, subresource and namespace, and the
 // request body: the apply patch (as JSON, so field order does not matter),
 // its field manager and force flag, and delete preconditions.
-func checkAction(t *testing.T, client string, want, got core.Action) {
+func checkAction(t testing.TB, client string, want, got core.Action) {
 	t.Helper()
 	if !(want.Matches(got.GetVerb(), got.GetResource().Resource) && want.GetSubresource() == got.GetSubresource() &&
 		want.GetNamespace() == got.GetNamespace()) {
@@ -174,7 +174,7 @@ func describe(a core.Action) string {
 	return s
 }
 
-func jsonEqual(t *testing.T, a, b []byte) bool {
+func jsonEqual(t testing.TB, a, b []byte) bool {
 	var x, y interface{}
 	if err := json.Unmarshal(a, &x); err != nil {
 		t.Fatalf("bad JSON %s: %v", a, err)
@@ -185,7 +185,7 @@ func jsonEqual(t *testing.T, a, b []byte) bool {
 	return reflect.DeepEqual(x, y)
 }
 
-func checkEvents(t *testing.T, want []string, events chan string) {
+func checkEvents(t testing.TB, want []string, events chan string) {
 	t.Helper()
 	var got []string
 	for len(events) > 0 {

@@ -76,19 +76,27 @@ func isBarRef(ref *metav1.OwnerReference) bool {
 // addBar and updateBar enqueue on every event, resyncs included: the sync is
 // level-triggered and costs no API call when nothing changed, and a resync
 // is how the controller repairs anything a missed event left behind.
-func (c *Controller) addBar(obj interface{}) {
-	c.enqueueBar(obj)
+// isInInitialList is true for the Adds of the informer's first list, the
+// ones HasSynced waits for (only --trace shows it).
+func (c *Controller) addBar(obj interface{}, isInInitialList bool) {
+	bar := obj.(*barv1alpha1.Bar)
+	key := cache.MetaObjectToName(bar)
+	c.trace.event("addBar", bar, "", isInInitialList, key, "self")
+	c.enqueue(key)
 }
 
-func (c *Controller) updateBar(_, newObj interface{}) {
-	c.enqueueBar(newObj)
+func (c *Controller) updateBar(oldObj, newObj interface{}) {
+	bar := newObj.(*barv1alpha1.Bar)
+	key := cache.MetaObjectToName(bar)
+	c.trace.event("updateBar", bar, oldObj.(*barv1alpha1.Bar).ResourceVersion, false, key, "self")
+	c.enqueue(key)
 }
 
 // Deleted Bars need no handler: the garbage collector removes their
 // Deployments through the ownerReference newDeployment sets.
 
-func (c *Controller) addDeployment(obj interface{}) {
-	c.handleDeployment(obj.(*appsv1.Deployment))
+func (c *Controller) addDeployment(obj interface{}, isInInitialList bool) {
+	c.handleDeployment("addDeployment", obj.(*appsv1.Deployment), "", isInInitialList)
 }
 
 func (c *Controller) updateDeployment(oldObj, newObj interface{}) {
@@ -100,9 +108,9 @@ func (c *Controller) updateDeployment(oldObj, newObj interface{}) {
 	// If the controller changed, the Bar that lost it must hear about it too.
 	if oldRef, newRef := metav1.GetControllerOf(oldD), metav1.GetControllerOf(newD); oldRef != nil &&
 		(newRef == nil || oldRef.UID != newRef.UID) {
-		c.handleDeployment(oldD)
+		c.handleDeployment("updateDeployment", oldD, "", false)
 	}
-	c.handleDeployment(newD)
+	c.handleDeployment("updateDeployment", newD, oldD.ResourceVersion, false)
 }
 
 func (c *Controller) deleteDeployment(obj interface{}) {
@@ -120,16 +128,19 @@ func (c *Controller) deleteDeployment(obj interface{}) {
 			return
 		}
 	}
-	c.handleDeployment(d)
+	c.handleDeployment("deleteDeployment", d, "", false)
 }
 
 // handleDeployment enqueues every Bar a Deployment matters to: the Bar that
 // controls it, and any Bar whose spec.deploymentName is its name (which may
-// be blocked by it, or free to create it now that it is gone).
-func (c *Controller) handleDeployment(d *appsv1.Deployment) {
+// be blocked by it, or free to create it now that it is gone). handler,
+// oldRV and initialList only describe the event to --trace.
+func (c *Controller) handleDeployment(handler string, d *appsv1.Deployment, oldRV string, initialList bool) {
 	if ref := metav1.GetControllerOf(d); ref != nil {
 		if bar := c.resolveControllerRef(d.Namespace, ref); bar != nil {
-			c.enqueueBar(bar)
+			key := cache.MetaObjectToName(bar)
+			c.trace.event(handler, d, oldRV, initialList, key, "controllerRef")
+			c.enqueue(key)
 		}
 	}
 	bars, err := c.barsIndexer.ByIndex(barsByDeploymentName, d.Namespace+"/"+d.Name)
@@ -137,8 +148,10 @@ func (c *Controller) handleDeployment(d *appsv1.Deployment) {
 		utilruntime.HandleErrorWithLogger(c.logger, err, "Looking up Bars by Deployment name failed", "deployment", klog.KObj(d))
 		return
 	}
-	for _, bar := range bars {
-		c.enqueueBar(bar)
+	for _, obj := range bars {
+		key := cache.MetaObjectToName(obj.(*barv1alpha1.Bar))
+		c.trace.event(handler, d, oldRV, initialList, key, "nameIndex")
+		c.enqueue(key)
 	}
 }
 
@@ -156,14 +169,13 @@ func (c *Controller) resolveControllerRef(namespace string, ref *metav1.OwnerRef
 	return bar
 }
 
-// enqueueBar is the second step: it puts the Bar's namespace/name on the
-// work queue, which collapses repeated keys until a worker takes them.
-func (c *Controller) enqueueBar(obj interface{}) {
-	key, err := cache.ObjectToName(obj)
-	if err != nil {
-		utilruntime.HandleErrorWithLogger(c.logger, err, "Cannot make a work queue key")
-		return
-	}
+// enqueue is the second step: it puts the Bar's namespace/name on the work
+// queue, which collapses repeated keys until a worker takes them. The key,
+// not the object: by the time a worker runs, the cache may hold a newer
+// version, and the sync must act on that one.
+func (c *Controller) enqueue(key cache.ObjectName) {
 	c.logger.V(5).Info("Enqueued Bar", "bar", key)
+	waiting := c.trace.adding(key)
 	c.queue.Add(key)
+	c.trace.added(key, waiting)
 }

@@ -67,7 +67,7 @@ func TestDeploymentEventsFindTheirBar(t *testing.T) {
 
 			// Every kind of event takes the same path, tombstones included.
 			for _, event := range []func(){
-				func() { c.addDeployment(d) },
+				func() { c.addDeployment(d, false) },
 				func() { c.deleteDeployment(d) },
 				func() { c.deleteDeployment(cache.DeletedFinalStateUnknown{Key: "default/" + tc.dep, Obj: d}) },
 			} {

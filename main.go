@@ -57,6 +57,7 @@ type options struct {
 	metricsAddress string
 	healthAddress  string
 	loggingFormat  string
+	trace          string
 	leaderElection leader.Options
 	showVersion    bool
 }
@@ -75,6 +76,7 @@ func (o *options) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.metricsAddress, "metrics-bind-address", ":8080", "Address of the Prometheus /metrics endpoint; 0 disables it.")
 	fs.StringVar(&o.healthAddress, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz probes; 0 disables them.")
 	fs.StringVar(&o.loggingFormat, "logging-format", "text", "Log format: text (klog) or json (one object per line).")
+	fs.StringVar(&o.trace, "trace", "", "Log every step (event, enqueue, dequeue, sync decisions, API calls, status) for the Bars whose namespace/name matches this pattern, e.g. default/example or 'default/*'. Empty: off.")
 	le := &o.leaderElection
 	fs.BoolVar(&le.Enabled, "leader-elect", false, "Run as one of several replicas: only the holder of a Lease syncs, the others stand by with warm caches.")
 	fs.StringVar(&le.LeaseName, "leader-elect-lease-name", "bar-controller", "Name of the Lease used for leader election.")
@@ -135,6 +137,9 @@ func run(ctx context.Context, opts options) error {
 		kubeInformerFactory.Apps().V1().Deployments(),
 		barInformerFactory.Barcontroller().V1alpha1().Bars())
 	if err != nil {
+		return err
+	}
+	if err := controller.Trace(opts.trace); err != nil {
 		return err
 	}
 
@@ -201,7 +206,7 @@ func restConfig(opts options) (*rest.Config, error) {
 
 // dropManagedFields keeps managedFields out of the informer caches. The
 // controller never reads them (it compares fields itself, see
-// deploymentMatches), and on Deployments they are often a third of the
+// deploymentDiff), and on Deployments they are often a third of the
 // object's size.
 func dropManagedFields(obj interface{}) (interface{}, error) {
 	if m, err := meta.Accessor(obj); err == nil {
