@@ -31,6 +31,7 @@ if [[ -n "$(git -C "${ROOT}" status --porcelain)" ]]; then
 fi
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/bar-ci-fresh.XXXXXX")
+# shellcheck disable=SC2317 # called by the EXIT trap
 cleanup() {
   if ${keep}; then
     log "kept ${work}"
