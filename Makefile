@@ -24,10 +24,13 @@ build: ## Build bin/bar-controller.
 # The launcher is built and exec'd rather than "go run": then it is make's
 # own child, and gets the SIGINT or SIGTERM that stops make, with nothing in
 # between that could exit first and orphan it.
+# ARGS are passed to bar-controller: make run ARGS='--trace=default/example'.
+ARGS ?=
+
 .PHONY: run
-run: build ## Start a local control plane with simulated nodes, run bar-controller against it, apply the example Bar. Ctrl-C stops everything.
+run: build ## Start a local control plane with simulated nodes, run bar-controller against it (its flags in ARGS=...), apply the example Bar. Ctrl-C stops everything.
 	go build -o bin/local-up ./hack/local-up
-	kube_bin_dir="$$($(KUBE_BIN_DIR_CMD))" && exec bin/local-up --bin-dir="$$kube_bin_dir" --controller=bin/bar-controller
+	kube_bin_dir="$$($(KUBE_BIN_DIR_CMD))" && exec bin/local-up --bin-dir="$$kube_bin_dir" --controller=bin/bar-controller -- $(ARGS)
 
 .PHONY: test
 test: ## Run all tests (unit and integration, with -race); builds the control plane on first use.

@@ -56,7 +56,8 @@ func main() {
 		// components die with it (Pdeathsig), just less politely.
 		stopSignals()
 	}()
-	err := run(ctx, *binDir, *controller, *dir, *example, *nodes, *timeout)
+	// Arguments after "--" go to bar-controller: make run ARGS=--trace=default/example.
+	err := run(ctx, *binDir, *controller, flag.Args(), *dir, *example, *nodes, *timeout)
 	switch {
 	case err != nil && ctx.Err() != nil:
 		// err is only the interruption seen from wherever start-up was.
@@ -69,7 +70,7 @@ func main() {
 	fmt.Println("==> Stopped cleanly: every process started here has exited.")
 }
 
-func run(ctx context.Context, binDir, controllerBin, dir, example string, nodes int, timeout time.Duration) error {
+func run(ctx context.Context, binDir, controllerBin string, controllerArgs []string, dir, example string, nodes int, timeout time.Duration) error {
 	start := time.Now()
 	if binDir == "" {
 		return errors.New("no --bin-dir: hack/install-k8s-binaries.sh did not print one (see its output above); make run passes it")
@@ -131,21 +132,15 @@ func run(ctx context.Context, binDir, controllerBin, dir, example string, nodes 
 		return err
 	}
 	metrics, health := addrs[0], addrs[1]
-	ctrl, err := startController(controllerBin, filepath.Join(dir, "logs", "bar-controller.log"),
-		"--kubeconfig="+cluster.Kubeconfig, "--v=2", "--metrics-bind-address="+metrics, "--health-probe-bind-address="+health)
-	if err != nil {
+	args := append([]string{"--kubeconfig=" + cluster.Kubeconfig, "--v=2",
+		"--metrics-bind-address=" + metrics, "--health-probe-bind-address=" + health}, controllerArgs...)
+	ctrl := &controllerRun{binary: controllerBin, logDir: filepath.Join(dir, "logs"), args: args, readyz: "http://" + health + "/readyz"}
+	if err := ctrl.start(ctx); err != nil {
 		return err
 	}
-	defer func() {
-		// SIGTERM lets syncs in progress finish; each gets up to 30 s.
-		ctrl.Stop(40 * time.Second)
-		fmt.Println("==> Stopped bar-controller")
-	}()
-	fmt.Printf("==> Started %s (pid %d), out of cluster; its log: %s\n", controllerBin, ctrl.Pid(), ctrl.LogPath)
-	if err := waitControllerReady(ctx, ctrl, "http://"+health+"/readyz"); err != nil {
-		return err
-	}
+	defer ctrl.stop()
 	fmt.Printf("    ready (caches synced) after %s; metrics http://%s/metrics, probes http://%s/readyz\n", since(start), metrics, health)
+	toggle := readEnters()
 
 	out, err := cluster.Kubectl(ctx, "apply", "-f", example)
 	if err != nil {
@@ -175,7 +170,7 @@ func run(ctx context.Context, binDir, controllerBin, dir, example string, nodes 
 			case conv && !converged:
 				fmt.Printf("==> CONVERGED (%s): Deployment created, all Pods Ready, status.availableReplicas == spec.replicas, %s after apply (%s since start)\n",
 					summary, since(applied), since(start))
-				printHelp(cluster.Kubeconfig, binDir, ctrl.LogPath)
+				printHelp(cluster.Kubeconfig, binDir, ctrl.logPath())
 				converged = true
 			case conv:
 				fmt.Printf("==> converged (%s)\n", summary)
@@ -187,12 +182,22 @@ func run(ctx context.Context, binDir, controllerBin, dir, example string, nodes 
 		case <-ctx.Done():
 			fmt.Println("\n==> Signal received: stopping bar-controller, then the control plane (Ctrl-C again kills at once)")
 			return nil
-		case <-ctrl.Exited():
-			return fmt.Errorf("bar-controller exited unexpectedly (%v)%s", ctrl.State(), ctrl.LogTail(25))
+		case <-ctrl.exited():
+			return fmt.Errorf("bar-controller exited unexpectedly (%v)%s", ctrl.proc.State(), ctrl.tail())
+		case <-toggle:
+			// Enter stops the controller, and Enter again starts a new
+			// one, which lists everything afresh: the relist that
+			// docs/informer-internals.md shows.
+			if ctrl.proc != nil {
+				ctrl.stop()
+				fmt.Println("    (press Enter to start bar-controller again)")
+			} else if err := ctrl.start(ctx); err != nil {
+				return err
+			}
 		case <-deadline:
 			if !converged {
 				show(ctx, cluster)
-				return fmt.Errorf("the example Bar did not converge within %s (status.availableReplicas never reached spec.replicas with Ready=True)%s", timeout, ctrl.LogTail(25))
+				return fmt.Errorf("the example Bar did not converge within %s (status.availableReplicas never reached spec.replicas with Ready=True)%s", timeout, ctrl.tail())
 			}
 		case <-tick.C:
 		}
@@ -266,6 +271,7 @@ The cluster is yours to play with (from another terminal):
   %s scale bar/example --replicas=5
 
 bar-controller's log: %s
+Press Enter to stop bar-controller, and Enter again to start a new one.
 Press Ctrl-C to stop everything. Changes are shown below as they happen.
 `, kubeconfig, kubectl, kubectl, controllerLog)
 }
