@@ -30,9 +30,10 @@ import (
 // the same Bar before the cache holds that write; the sync would then see the
 // old object and write (and announce) the same change again. This is the
 // stale-read problem kube-controller-manager solves the same way since
-// Kubernetes 1.35: remember the resourceVersion each write returned, and
-// do not sync a Bar until every cache it reads has seen at least that
-// version. Resource versions of one resource are comparable integers
+// Kubernetes 1.36 (pkg/controller/util/consistency, KEP-5647): remember
+// the resourceVersion each write returned, and do not sync a Bar until
+// every cache it reads has seen at least that version. Resource versions
+// of one resource are comparable integers
 // (k8s.io/apimachinery/pkg/util/resourceversion).
 
 // rvStore is the part of an informer's store that says how far it has read.
