@@ -21,6 +21,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
@@ -34,6 +35,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/klog/v2"
 
+	"github.com/barcontroller/bar-controller/internal/apiauth"
 	"github.com/barcontroller/bar-controller/internal/leader"
 	"github.com/barcontroller/bar-controller/internal/logging"
 	"github.com/barcontroller/bar-controller/internal/metrics"
@@ -55,6 +57,8 @@ type options struct {
 	burst          int
 	resyncPeriod   time.Duration
 	metricsAddress string
+	metricsSecure  bool
+	metricsCertDir string
 	healthAddress  string
 	loggingFormat  string
 	trace          string
@@ -73,7 +77,9 @@ func (o *options) addFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&o.qps, "kube-api-qps", 200, "Sustained queries per second to the API server (client-side limit).")
 	fs.IntVar(&o.burst, "kube-api-burst", 400, "Burst of queries to the API server above --kube-api-qps.")
 	fs.DurationVar(&o.resyncPeriod, "resync-period", 10*time.Minute, "How often every Bar is re-checked against the caches even without events; 0 disables. A re-check that finds nothing to do makes no API call.")
-	fs.StringVar(&o.metricsAddress, "metrics-bind-address", ":8080", "Address of the Prometheus /metrics endpoint; 0 disables it.")
+	fs.StringVar(&o.metricsAddress, "metrics-bind-address", ":8443", "Address of the Prometheus /metrics endpoint; 0 disables it.")
+	fs.BoolVar(&o.metricsSecure, "metrics-secure", true, "Serve /metrics over HTTPS, only to callers whose bearer token the API server accepts (TokenReview) and who may get the non-resource URL /metrics (SubjectAccessReview). false: plain HTTP to anyone, for local runs.")
+	fs.StringVar(&o.metricsCertDir, "metrics-cert-dir", "", "Directory with tls.crt and tls.key for the metrics endpoint (a mounted kubernetes.io/tls Secret; renewed files are picked up). Empty: a self-signed certificate made at start.")
 	fs.StringVar(&o.healthAddress, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz probes; 0 disables them.")
 	fs.StringVar(&o.loggingFormat, "logging-format", "text", "Log format: text (klog) or json (one object per line).")
 	fs.StringVar(&o.trace, "trace", "", "Log every step (event, enqueue, dequeue, sync decisions, API calls, status) for the Bars whose namespace/name matches this pattern, e.g. default/example or 'default/*'. Empty: off.")
@@ -149,12 +155,13 @@ func run(ctx context.Context, opts options) error {
 		// past its lease: it is stuck, and a restart lets a standby lead.
 		watchdog = leaderelection.NewLeaderHealthzAdaptor(20 * time.Second)
 	}
-	stopMetrics, err := serving.Serve(ctx, "metrics", opts.metricsAddress, metrics.Handler(registry))
+	stopMetrics, err := serveMetrics(ctx, opts, kubeClient, metrics.Handler(registry))
 	if err != nil {
 		return err
 	}
 	defer stopMetrics()
-	stopHealth, err := serving.Serve(ctx, "health", opts.healthAddress, probes.Handler(controller.HasSynced, watchdog))
+	// Probes stay plain HTTP: the kubelet calls them, with no token.
+	stopHealth, err := serving.Serve(ctx, "health", opts.healthAddress, probes.Handler(controller.HasSynced, watchdog), nil)
 	if err != nil {
 		return err
 	}
@@ -186,6 +193,20 @@ func run(ctx context.Context, opts options) error {
 		return err
 	}
 	return leader.Run(ctx, electionClient, opts.leaderElection, watchdog, work)
+}
+
+// serveMetrics serves h on the metrics address, by default over HTTPS and
+// only to callers the API server authorizes (internal/apiauth).
+func serveMetrics(ctx context.Context, opts options, client kubernetes.Interface, h http.Handler) (func(), error) {
+	if !opts.metricsSecure {
+		return serving.Serve(ctx, "metrics", opts.metricsAddress, h, nil)
+	}
+	filter := apiauth.New(client)
+	tlsConfig, err := serving.TLSConfig(opts.metricsCertDir, "bar-controller-metrics")
+	if err != nil {
+		return nil, err
+	}
+	return serving.Serve(ctx, "metrics", opts.metricsAddress, filter.Wrap(h), tlsConfig)
 }
 
 func restConfig(opts options) (*rest.Config, error) {

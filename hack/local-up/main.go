@@ -125,15 +125,17 @@ func run(ctx context.Context, binDir, controllerBin string, controllerArgs []str
 		}
 	}
 
-	// Its defaults, :8080 and :8081 on every interface, may be taken or
-	// exposed; loopback ports picked here are neither.
+	// Its defaults, :8443 and :8081 on every interface, may be taken or
+	// exposed; loopback ports picked here are neither. Metrics are plain
+	// HTTP here, so that curl needs no token (the exercises scrape them);
+	// ARGS=--metrics-secure=true turns the in-cluster default back on.
 	addrs, err := testcluster.FreeAddrs(2)
 	if err != nil {
 		return err
 	}
 	metrics, health := addrs[0], addrs[1]
 	args := append([]string{"--kubeconfig=" + cluster.Kubeconfig, "--v=2",
-		"--metrics-bind-address=" + metrics, "--health-probe-bind-address=" + health}, controllerArgs...)
+		"--metrics-bind-address=" + metrics, "--metrics-secure=false", "--health-probe-bind-address=" + health}, controllerArgs...)
 	ctrl := &controllerRun{binary: controllerBin, logDir: filepath.Join(dir, "logs"), args: args, readyz: "http://" + health + "/readyz"}
 	if err := ctrl.start(ctx); err != nil {
 		return err

@@ -14,12 +14,13 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-// Package serving runs the controller's plain HTTP endpoints (metrics and
-// probes) for as long as it runs.
+// Package serving runs the controller's HTTP endpoints (metrics over HTTPS
+// or HTTP, probes over HTTP) for as long as it runs.
 package serving
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -29,9 +30,10 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// Serve listens on addr ("0" turns it off) and serves h until ctx ends.
-// It listens before returning, so a busy port fails start-up, loudly.
-func Serve(ctx context.Context, name, addr string, h http.Handler) (stop func(), err error) {
+// Serve listens on addr ("0" turns it off) and serves h until ctx ends,
+// over HTTPS if tlsConfig is set. It listens before returning, so a busy
+// port fails start-up, loudly.
+func Serve(ctx context.Context, name, addr string, h http.Handler, tlsConfig *tls.Config) (stop func(), err error) {
 	if addr == "0" || addr == "" {
 		return func() {}, nil
 	}
@@ -39,9 +41,17 @@ func Serve(ctx context.Context, name, addr string, h http.Handler) (stop func(),
 	if err != nil {
 		return nil, fmt.Errorf("%s endpoint: %w", name, err)
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	scheme := "http"
+	if tlsConfig != nil {
+		l, scheme = tls.NewListener(l, tlsConfig), "https"
+	}
+	// Requests carry the logger, not the cancellation: a scrape in flight
+	// at shutdown ends through Shutdown below.
+	base := context.WithoutCancel(ctx)
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second,
+		BaseContext: func(net.Listener) context.Context { return base }}
 	logger := klog.FromContext(ctx)
-	logger.Info("Serving", "endpoint", name, "address", l.Addr().String())
+	logger.Info("Serving", "endpoint", name, "address", l.Addr().String(), "scheme", scheme)
 	go func() {
 		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			logger.Error(err, "Server failed", "endpoint", name)
