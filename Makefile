@@ -50,9 +50,14 @@ generate: ## Regenerate clients, deepcopy and the CRD from pkg/apis.
 	hack/update-codegen.sh
 
 .PHONY: verify
-verify: ## Check generated code is current, and run gofmt, go vet and shellcheck.
+verify: ## Check generated code and diagrams are current, and run gofmt, go vet and shellcheck.
 	hack/verify-codegen.sh
+	hack/verify-diagrams.sh
 	hack/verify-lint.sh
+
+.PHONY: diagrams
+diagrams: ## Render docs/diagrams/*.dot to SVG with Graphviz (installed from Debian if missing).
+	hack/update-diagrams.sh
 
 .PHONY: ci-fresh
 ci-fresh: ## Run .ci/run as a fresh machine would: fresh clone of HEAD, empty Go caches, no bin/ (~20 min).

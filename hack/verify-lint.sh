@@ -33,7 +33,7 @@ while IFS= read -r f; do
         echo "${f} reads a module's directory with 'go list -m' but never runs 'go mod download' first" >&2
         exit 1
     fi
-done < <(git ls-files | xargs grep -l -E "go list -m -f '\{\{\.Dir\}\}'|\"list\", \"-m\", \"-f\", \"\{\{\.Dir\}\}\"" 2>/dev/null || true)
+done < <(git ls-files '*.sh' '*.go' Makefile .ci/run | xargs grep -l -E "go list -m -f '\{\{\.Dir\}\}'|\"list\", \"-m\", \"-f\", \"\{\{\.Dir\}\}\"" 2>/dev/null || true)
 
 mapfile -t scripts < <(git ls-files 'hack/*.sh' '.ci/run')
 shellcheck "${scripts[@]}"
