@@ -70,6 +70,9 @@ type Options struct {
 	// garbage collector then watches them from its first discovery instead
 	// of after its next rediscovery, up to 30 seconds later.
 	CRDs []string
+	// AuditLog makes the API server log every write, with its user, to
+	// Cluster.AuditLog (see Cluster.Writes).
+	AuditLog bool
 }
 
 // Cluster is a running control plane. Stop it when done.
@@ -83,6 +86,8 @@ type Cluster struct {
 	Server string
 	// ServiceAccountKey is the private key that signs service account tokens.
 	ServiceAccountKey string
+	// AuditLog is the API server's audit log, if Options.AuditLog was set.
+	AuditLog string
 
 	binDir string
 	procs  []*Process // in start order
@@ -124,7 +129,16 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if err := c.startEtcd(ctx, logDir, etcdPort, peerPort); err != nil {
 		return nil, err
 	}
-	if err := c.startAPIServer(ctx, logDir, etcdPort, apiPort, opts.APIServerFlags); err != nil {
+	apiFlags := opts.APIServerFlags
+	if opts.AuditLog {
+		c.AuditLog = filepath.Join(logDir, "audit.log")
+		flags, err := auditFlags(c.Dir, c.AuditLog)
+		if err != nil {
+			return nil, err
+		}
+		apiFlags = slices.Concat(flags, apiFlags)
+	}
+	if err := c.startAPIServer(ctx, logDir, etcdPort, apiPort, apiFlags); err != nil {
 		return nil, err
 	}
 	for _, crds := range opts.CRDs {
@@ -255,6 +269,10 @@ func (c *Cluster) startAPIServer(ctx context.Context, logDir string, etcdPort, p
 		"--service-account-signing-key-file=" + saKey,
 		"--token-auth-file=" + tokens,
 		"--authorization-mode=RBAC",
+		// As hardened clusters (OpenShift among them) do: setting
+		// blockOwnerDeletion on an ownerReference then needs "update" on
+		// the owner's finalizers, which artifacts/install grants.
+		"--enable-admission-plugins=OwnerReferencesPermissionEnforcement",
 		"--service-cluster-ip-range=10.0.0.0/24",
 		// The "kubernetes" Service endpoints cannot point at a loopback
 		// address, and nothing needs them here.

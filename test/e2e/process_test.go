@@ -14,17 +14,15 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package main
+package e2e
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -36,7 +34,8 @@ import (
 // controllerProcess is one bar-controller process.
 type controllerProcess struct {
 	*testcluster.Process
-	metricsURL string // .../metrics
+	metricsAddr string // host:port
+	metricsURL  string // http://.../metrics
 	healthURL  string // base of /healthz and /readyz
 }
 
@@ -45,25 +44,23 @@ type controllerProcess struct {
 // stops it with SIGTERM, so a Lease it holds is released for the next test.
 func startController(t *testing.T, name, kubeconfig string, args ...string) *controllerProcess {
 	t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
 	addrs, err := testcluster.FreeAddrs(2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	args = append([]string{"--kubeconfig=" + kubeconfig, "-v=2",
+	// Plain-HTTP metrics, which these tests scrape without a token, unless
+	// args turn the default back on (a later flag wins).
+	args = append([]string{"--kubeconfig=" + kubeconfig, "-v=2", "--metrics-secure=false",
 		"--metrics-bind-address=" + addrs[0], "--health-probe-bind-address=" + addrs[1]}, args...)
-	env := []string{runMainEnv + "=1", "POD_NAME=" + name, "POD_NAMESPACE=",
+	env := []string{"POD_NAME=" + name, "POD_NAMESPACE=",
 		// Under -race the runtime sleeps 1 s before exiting, which would
 		// show up in the shutdown times the tests measure.
 		"GORACE=" + strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0")}
-	proc, err := testcluster.StartProcess(name, exe, filepath.Join(t.TempDir(), name+".log"), env, args...)
+	proc, err := testcluster.StartProcess(name, controllerBinary, filepath.Join(t.TempDir(), name+".log"), env, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &controllerProcess{Process: proc, metricsURL: "http://" + addrs[0] + "/metrics", healthURL: "http://" + addrs[1]}
+	p := &controllerProcess{Process: proc, metricsAddr: addrs[0], metricsURL: "http://" + addrs[0] + "/metrics", healthURL: "http://" + addrs[1]}
 	t.Cleanup(func() {
 		// A sync gets up to 30 s to finish after SIGTERM.
 		if p.Stop(40*time.Second) && p.State().ExitCode() != 0 {
@@ -136,94 +133,12 @@ func (p *controllerProcess) waitProbe(t *testing.T, path string, want int) {
 
 var httpClient = &http.Client{Timeout: 5 * time.Second}
 
-// sample is one line of the Prometheus text format.
-type sample struct {
-	name   string
-	labels map[string]string
-	value  float64
-}
-
-// scrape reads the controller's /metrics. The parser handles what the
-// text format allows in samples (escaped label values, no timestamps are
-// written by client_golang), which is all this needs.
-func (p *controllerProcess) scrape(t *testing.T) []sample {
+// scrape reads the controller's plain-HTTP /metrics.
+func (p *controllerProcess) scrape(t *testing.T) testcluster.Metrics {
 	t.Helper()
-	resp, err := httpClient.Get(p.metricsURL)
+	m, err := testcluster.Scrape(httpClient, p.metricsURL, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s: %s", p.metricsURL, resp.Status)
-	}
-	var out []sample
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		s, err := parseSample(line)
-		if err != nil {
-			t.Fatalf("metrics line %q: %v", line, err)
-		}
-		out = append(out, s)
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
-func parseSample(line string) (sample, error) {
-	s := sample{labels: map[string]string{}}
-	sp := strings.LastIndexByte(line, ' ')
-	if sp < 0 {
-		return s, fmt.Errorf("no value")
-	}
-	v, err := strconv.ParseFloat(line[sp+1:], 64)
-	if err != nil {
-		return s, err
-	}
-	s.value = v
-	series := line[:sp]
-	brace := strings.IndexByte(series, '{')
-	if brace < 0 {
-		s.name = series
-		return s, nil
-	}
-	s.name = series[:brace]
-	rest := strings.TrimSuffix(series[brace+1:], "}")
-	for rest != "" {
-		eq := strings.IndexByte(rest, '=')
-		if eq < 0 {
-			return s, fmt.Errorf("bad labels %q", rest)
-		}
-		quoted, err := strconv.QuotedPrefix(rest[eq+1:])
-		if err != nil {
-			return s, err
-		}
-		s.labels[rest[:eq]], _ = strconv.Unquote(quoted)
-		rest = strings.TrimPrefix(rest[eq+1+len(quoted):], ",")
-	}
-	return s, nil
-}
-
-// metricValue sums the samples named name whose labels include match; found
-// is false if there are none (a counter vector that was never incremented).
-func metricValue(samples []sample, name string, match map[string]string) (total float64, found bool) {
-next:
-	for _, s := range samples {
-		if s.name != name {
-			continue
-		}
-		for k, v := range match {
-			if s.labels[k] != v {
-				continue next
-			}
-		}
-		total += s.value
-		found = true
-	}
-	return total, found
+	return m
 }

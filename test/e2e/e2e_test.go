@@ -14,7 +14,7 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package main
+package e2e
 
 import (
 	"context"
@@ -37,7 +37,7 @@ import (
 )
 
 // Production operations, against a real API server with bar-controller
-// running as a process (see ops_env_test.go). These tests are sequential.
+// running as a process (see env_test.go). These tests are sequential.
 
 // Short leader-election timings, so that a takeover after SIGKILL (which
 // has to wait out the lease) fits in a test. Lease 4 s, renew deadline 3 s,
@@ -69,7 +69,7 @@ func TestOpsInstallAndServiceAccountRBAC(t *testing.T) {
 	if holder := leaseHolder(t, env, installNamespace, "bar-controller"); !strings.HasPrefix(holder, "rbac_") {
 		t.Errorf("Lease %s/bar-controller held by %q, want the controller", installNamespace, holder)
 	}
-	waitEvent(t, env, bar, EventDeploymentCreated, 1)
+	waitEvent(t, env, bar, "DeploymentCreated", 1)
 
 	// Event patch: the same drift repaired twice is one Event, counted twice.
 	for range 2 {
@@ -90,7 +90,7 @@ func TestOpsInstallAndServiceAccountRBAC(t *testing.T) {
 			return err == nil && *d.Spec.Replicas == 1, err
 		})
 	}
-	waitEvent(t, env, bar, EventDeploymentUpdated, 2)
+	waitEvent(t, env, bar, "DeploymentUpdated", 2)
 
 	// Deployment delete: a rename replaces the Deployment.
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
@@ -212,7 +212,7 @@ func TestOpsReadinessAndMetrics(t *testing.T) {
 	if err := env.kube.RbacV1().ClusterRoleBindings().Delete(ctx, "bar-controller", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _, _ = env.cluster.Kubectl(context.Background(), "apply", "--server-side", "-k", "artifacts") })
+	t.Cleanup(func() { _, _ = env.cluster.Kubectl(context.Background(), "apply", "--server-side", "-k", artifactsDir) })
 
 	c := startController(t, "metrics", kubeconfig,
 		slices.Concat(opsElectionFlags, []string{"--leader-elect-lease-namespace=" + installNamespace})...)
@@ -220,7 +220,7 @@ func TestOpsReadinessAndMetrics(t *testing.T) {
 	// Wait for the informers to have been refused at least once; until
 	// they list successfully, the caches cannot be synced.
 	eventually(t, "a list refused with 403", func(context.Context) (bool, error) {
-		n, _ := metricValue(c.scrape(t), "rest_client_requests_total", map[string]string{"code": "403"})
+		n, _ := c.scrape(t).Value("rest_client_requests_total", map[string]string{"code": "403"})
 		return n > 0, nil
 	})
 	if code := c.probe("/readyz"); code != 503 {
@@ -246,17 +246,17 @@ func TestOpsReadinessAndMetrics(t *testing.T) {
 	}{
 		{"workqueue_adds_total", map[string]string{"name": "bars"}, 1},
 		{"workqueue_depth", map[string]string{"name": "bars"}, 0},
-		{"workqueue_work_duration_seconds_count", map[string]string{"name": "bars"}, 1},
+		{"workqueue_work_duration_seconds", map[string]string{"name": "bars"}, 1},
 		{"bar_controller_syncs_total", map[string]string{"result": metrics.SyncSuccess}, 1},
-		{"bar_controller_sync_duration_seconds_count", map[string]string{"result": metrics.SyncSuccess}, 1},
+		{"bar_controller_sync_duration_seconds", map[string]string{"result": metrics.SyncSuccess}, 1},
 		{"rest_client_requests_total", map[string]string{"code": "200", "method": "GET"}, 1},
 		{"rest_client_requests_total", map[string]string{"code": "201"}, 1},
-		{"rest_client_request_duration_seconds_count", nil, 1},
+		{"rest_client_request_duration_seconds", nil, 1},
 		{"leader_election_master_status", map[string]string{"name": "bar-controller"}, 1},
 		{"go_goroutines", nil, 1},
 		{"process_resident_memory_bytes", nil, 1},
 	} {
-		if v, found := metricValue(m, want.name, want.labels); !found || v < want.min {
+		if v, found := m.Value(want.name, want.labels); !found || v < want.min {
 			t.Errorf("%s%v = %v (found %v), want at least %v", want.name, want.labels, v, found, want.min)
 		}
 	}
@@ -319,7 +319,7 @@ func TestOpsLeaderElectionTakeover(t *testing.T) {
 	if limit := opsLeaseDuration + 4*time.Second; killed > limit {
 		t.Errorf("takeover after SIGKILL took %v, want < %v", killed, limit)
 	}
-	if n, _ := metricValue(c.scrape(t), "bar_controller_syncs_total", map[string]string{"result": metrics.SyncSuccess}); n == 0 {
+	if n, _ := c.scrape(t).Value("bar_controller_syncs_total", map[string]string{"result": metrics.SyncSuccess}); n == 0 {
 		t.Errorf("the new leader c has synced nothing")
 	}
 
@@ -352,7 +352,7 @@ func TestOpsLeaderElectionTakeover(t *testing.T) {
 	}
 
 	// A standby has nothing to finish or release: SIGTERM ends it at once.
-	if v, _ := metricValue(d.scrape(t), "bar_controller_syncs_total", nil); v != 0 {
+	if v, _ := d.scrape(t).Value("bar_controller_syncs_total", nil); v != 0 {
 		t.Errorf("standby d synced %v times", v)
 	}
 	signalled = time.Now()
@@ -374,16 +374,16 @@ func checkRoles(t *testing.T, leader, standby *controllerProcess) {
 	t.Helper()
 	lm, sm := leader.scrape(t), standby.scrape(t)
 	leaderStatus := map[string]string{"name": "bar-controller"}
-	if v, _ := metricValue(lm, "leader_election_master_status", leaderStatus); v != 1 {
+	if v, _ := lm.Value("leader_election_master_status", leaderStatus); v != 1 {
 		t.Errorf("leader %s: leader_election_master_status %v, want 1", leader.Name, v)
 	}
-	if v, found := metricValue(sm, "leader_election_master_status", leaderStatus); !found || v != 0 {
+	if v, found := sm.Value("leader_election_master_status", leaderStatus); !found || v != 0 {
 		t.Errorf("standby %s: leader_election_master_status %v (found %v), want 0", standby.Name, v, found)
 	}
-	if v, _ := metricValue(lm, "bar_controller_syncs_total", nil); v == 0 {
+	if v, _ := lm.Value("bar_controller_syncs_total", nil); v == 0 {
 		t.Errorf("leader %s has synced nothing", leader.Name)
 	}
-	if v, _ := metricValue(sm, "bar_controller_syncs_total", nil); v != 0 {
+	if v, _ := sm.Value("bar_controller_syncs_total", nil); v != 0 {
 		t.Errorf("standby %s synced %v times", standby.Name, v)
 	}
 }

@@ -14,7 +14,7 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package main
+package integration
 
 import (
 	"context"
@@ -30,14 +30,24 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	barv1alpha1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1alpha1"
 )
 
-// These tests run against a real API server; see integration_env_test.go.
+// These tests run against a real control plane; see env_test.go.
+
+// What users see of the controller, and so what the tests check: its
+// field manager, the label it puts on what it creates, and its Events'
+// reasons (controller.go, deployment.go).
+const (
+	fieldManager            = "bar-controller"
+	barLabel                = "barcontroller.dev/bar"
+	eventDeploymentCreated  = "DeploymentCreated"
+	eventDeploymentDeleted  = "DeploymentDeleted"
+	eventDeploymentNotOwned = barv1alpha1.ReasonDeploymentNotOwned
+)
 
 func TestAdmissionRejectsBadBars(t *testing.T) {
 	env, ns := setupIntegration(t)
@@ -145,8 +155,8 @@ func TestCreateConvergesAndScales(t *testing.T) {
 
 	// One creation, announced once: the stale-cache guard keeps a quick
 	// second sync from applying and announcing the Deployment again.
-	if n := waitForEvents(t, env, ns, "web", EventDeploymentCreated); n != 1 {
-		t.Errorf("%d %s events, want 1", n, EventDeploymentCreated)
+	if n := waitForEvents(t, env, ns, "web", eventDeploymentCreated); n != 1 {
+		t.Errorf("%d %s events, want 1", n, eventDeploymentCreated)
 	}
 }
 
@@ -210,8 +220,8 @@ func TestDeploymentNameChangeReplacesDeployment(t *testing.T) {
 	if err != nil || !metav1.IsControlledBy(d, bar) {
 		t.Errorf("new Deployment: %v, controlled by the Bar: %v", err, err == nil && metav1.IsControlledBy(d, bar))
 	}
-	if n := waitForEvents(t, env, ns, "rename", EventDeploymentDeleted); n != 1 {
-		t.Errorf("%d %s events, want 1", n, EventDeploymentDeleted)
+	if n := waitForEvents(t, env, ns, "rename", eventDeploymentDeleted); n != 1 {
+		t.Errorf("%d %s events, want 1", n, eventDeploymentDeleted)
 	}
 }
 
@@ -242,17 +252,20 @@ func TestForeignDeploymentIsLeftAlone(t *testing.T) {
 		c := meta.FindStatusCondition(bar.Status.Conditions, barv1alpha1.ConditionReady)
 		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == barv1alpha1.ReasonDeploymentNotOwned, nil
 	})
-	waitForEvents(t, env, ns, "clash", EventDeploymentNotOwned)
+	waitForEvents(t, env, ns, "clash", eventDeploymentNotOwned)
 
 	// No hot loop: over several resync periods the Bar is synced again and
 	// again, and nothing is written.
-	before := env.writes.count(ns)
+	before, syncs := len(env.writes(t, ns)), env.syncs(t)
 	time.Sleep(4 * testResync)
-	if w := env.writes.since(ns, before); len(w) > 0 {
+	if w := env.writes(t, ns)[before:]; len(w) > 0 {
 		t.Errorf("the controller kept writing while blocked: %v", w)
 	}
-	if n := eventCount(t, env, ns, "clash", EventDeploymentNotOwned); n != 1 {
-		t.Errorf("%d Warning %s events, want 1", n, EventDeploymentNotOwned)
+	if env.syncs(t) == syncs {
+		t.Errorf("no syncs in %v: the window proves nothing", 4*testResync)
+	}
+	if n := eventCount(t, env, ns, "clash", eventDeploymentNotOwned); n != 1 {
+		t.Errorf("%d Warning %s events, want 1", n, eventDeploymentNotOwned)
 	}
 	d, err := env.kube.AppsV1().Deployments(ns).Get(ctx, "taken", metav1.GetOptions{})
 	if err != nil {
@@ -288,17 +301,20 @@ func TestNoOpResyncWritesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	before := env.writes.count(ns)
-	key := cache.ObjectName{Namespace: ns, Name: "quiet"}
-	for range 3 {
-		if err := env.controller.syncHandler(ctx, key); err != nil {
-			t.Fatalf("forced sync: %v", err)
-		}
-		env.controller.queue.Add(key) // and once more through the queue
+	// Every resync syncs every Bar; with a 1 s period, three windows of it
+	// sync this one at least twice more. None of those syncs may write.
+	before, syncs := len(env.writes(t, ns)), env.syncs(t)
+	if before < 2 {
+		// The Deployment and the status, at least: if the audit log does
+		// not show those, it would not show a stray write either.
+		t.Fatalf("the audit log shows %d writes by the controller before the window: %v", before, env.writes(t, ns))
 	}
-	time.Sleep(3 * testResync) // periodic resyncs too
-	if w := env.writes.since(ns, before); len(w) > 0 {
+	time.Sleep(3 * testResync)
+	if w := env.writes(t, ns)[before:]; len(w) > 0 {
 		t.Errorf("a converged Bar caused writes: %v", w)
+	}
+	if n := env.syncs(t) - syncs; n < 2 {
+		t.Errorf("%v syncs in %v, want resyncs to have run: the window proves nothing", n, 3*testResync)
 	}
 	bar2, err := env.bars.BarcontrollerV1alpha1().Bars(ns).Get(ctx, "quiet", metav1.GetOptions{})
 	if err != nil || bar2.ResourceVersion != bar.ResourceVersion {

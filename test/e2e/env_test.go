@@ -14,7 +14,7 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package main
+package e2e
 
 import (
 	"context"
@@ -40,23 +40,53 @@ import (
 	clientset "github.com/barcontroller/bar-controller/pkg/generated/clientset/versioned"
 )
 
-// The ops tests run bar-controller as it runs in production: the real
-// main() in a process of its own (this test binary, re-executed, see
-// TestMain), with its flags, signals, exit codes, HTTP endpoints and, for
-// the RBAC test, the ServiceAccount from artifacts/install. They need a
-// control plane of their own: the shared one runs an in-process controller
-// over all namespaces that would reconcile their Bars too. etcd and
+// Package e2e runs bar-controller as it runs in production: the binary
+// built from this repository in a process of its own, with its flags,
+// signals, exit codes, HTTP endpoints and, for the RBAC test, the
+// ServiceAccount from artifacts/install, installed with kubectl apply -k.
+// It needs a control plane of its own: the integration suite's controller
+// watches all namespaces and would reconcile these Bars too. etcd and
 // kube-apiserver suffice, since nothing here needs Pods to run. The tests
 // run one after another; two of them share the bar-controller Lease.
-
-// runMainEnv, set to 1, makes the test binary run main() instead of tests.
-const runMainEnv = "BAR_CONTROLLER_RUN_MAIN"
 
 // installNamespace and installSA are the names artifacts/install uses.
 const (
 	installNamespace = "bar-controller"
 	installSA        = "bar-controller"
 )
+
+var (
+	// controllerBinary is bar-controller, built once by TestMain.
+	controllerBinary string
+	// artifactsDir is the repository's artifacts/, what users apply.
+	artifactsDir string
+)
+
+func TestMain(m *testing.M) {
+	code := func() int {
+		if os.Getenv(testcluster.BinDirEnv) != "" {
+			dir, err := os.MkdirTemp("", "bar-e2e-bin-")
+			if err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
+			defer os.RemoveAll(dir)
+			if controllerBinary, err = testcluster.BuildController(dir); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
+		}
+		root, err := testcluster.ModuleRoot()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		artifactsDir = filepath.Join(root, "artifacts")
+		defer stopOpsEnv()
+		return m.Run()
+	}()
+	os.Exit(code)
+}
 
 type opsEnv struct {
 	cluster *testcluster.Cluster
@@ -75,12 +105,7 @@ var (
 // fresh namespace.
 func setupOps(t *testing.T) (*opsEnv, string) {
 	t.Helper()
-	if os.Getenv(testcluster.BinDirEnv) == "" {
-		if os.Getenv(requireIntegrationEnv) != "" {
-			t.Fatalf("$%s is not set, so there is no control plane to test against", testcluster.BinDirEnv)
-		}
-		t.Skipf("integration test: needs $%s; run make test", testcluster.BinDirEnv)
-	}
+	testcluster.SkipWithoutBinaries(t)
 	opsOnce.Do(func() { opsShared, opsErr = startOpsEnv() })
 	if opsErr != nil {
 		t.Fatalf("starting the ops control plane: %v", opsErr)
@@ -127,7 +152,7 @@ func stopOpsEnv() {
 func (e *opsEnv) install(t *testing.T) string {
 	t.Helper()
 	ctx := t.Context()
-	out, err := e.cluster.Kubectl(ctx, "apply", "--server-side", "-k", "artifacts")
+	out, err := e.cluster.Kubectl(ctx, "apply", "--server-side", "-k", artifactsDir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,4 +255,9 @@ func waitEvent(t *testing.T, env *opsEnv, bar *barv1alpha1.Bar, reason string, c
 		}
 		return false, nil
 	})
+}
+
+func eventually(t *testing.T, what string, cond func(ctx context.Context) (bool, error)) {
+	t.Helper()
+	testcluster.Eventually(t, what, cond)
 }

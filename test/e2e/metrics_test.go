@@ -1,0 +1,126 @@
+/*
+Copyright The bar-controller Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package e2e
+
+import (
+	"context"
+	"crypto/tls"
+	"io"
+	"net/http"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/barcontroller/bar-controller/internal/testcluster"
+)
+
+// TestOpsSecureMetrics runs the controller under the installed
+// ServiceAccount with its default metrics settings: HTTPS, and only callers
+// the API server says may get /metrics. The shipped RBAC must let the
+// controller ask (TokenReview, SubjectAccessReview), and the shipped
+// bar-controller-metrics-reader ClusterRole must be what a scraper needs.
+func TestOpsSecureMetrics(t *testing.T) {
+	env, ns := setupOps(t)
+	ctx := t.Context()
+	env.install(t)
+	kubeconfig, _ := env.serviceAccountConfig(t)
+	c := startController(t, "secure-metrics", kubeconfig, "--metrics-secure=true")
+	c.waitProbe(t, "/readyz", 200)
+	bar := createOpsBar(t, env, ns, "scraped")
+	waitOpsConverged(t, env, ns, bar.Name)
+
+	// Two scrapers: one bound to the shipped reader role, one not.
+	token := func(name string) string {
+		t.Helper()
+		if _, err := env.kube.CoreV1().ServiceAccounts(ns).Create(ctx,
+			&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		tr, err := env.kube.CoreV1().ServiceAccounts(ns).CreateToken(ctx, name,
+			&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](600)}},
+			metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tr.Status.Token
+	}
+	prometheus, nobody := token("prometheus"), token("nobody")
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "e2e-" + ns + "-metrics-reader"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "bar-controller-metrics-reader"},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: "prometheus", Namespace: ns}},
+	}
+	if _, err := env.kube.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = env.kube.RbacV1().ClusterRoleBindings().Delete(context.Background(), binding.Name, metav1.DeleteOptions{})
+	})
+
+	// The certificate is self-signed: the scraper trusts the endpoint by
+	// the API server's answer about its token, not by the certificate.
+	insecure := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, // self-signed, see above
+	}}
+	url := "https://" + c.metricsAddr + "/metrics"
+	status := func(token string) int {
+		t.Helper()
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := insecure.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return resp.StatusCode
+	}
+	if code := status(""); code != http.StatusUnauthorized {
+		t.Errorf("no token: %d, want 401", code)
+	}
+	if code := status("not-a-token"); code != http.StatusUnauthorized {
+		t.Errorf("a token the API server does not know: %d, want 401", code)
+	}
+	if code := status(nobody); code != http.StatusForbidden {
+		t.Errorf("a ServiceAccount without the reader role: %d, want 403", code)
+	}
+	m, err := testcluster.Scrape(insecure, url, prometheus)
+	if err != nil {
+		t.Fatalf("the reader role's ServiceAccount: %v", err)
+	}
+	if n, _ := m.Value("bar_controller_syncs_total", nil); n == 0 {
+		t.Errorf("bar_controller_syncs_total = 0 after a Bar converged")
+	}
+
+	// Plain HTTP gets no metrics from the HTTPS port.
+	if resp, err := httpClient.Get("http://" + c.metricsAddr + "/metrics"); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			t.Errorf("plain HTTP got metrics from the secure endpoint")
+		}
+	}
+}

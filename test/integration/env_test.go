@@ -1,0 +1,242 @@
+/*
+Copyright The bar-controller Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package integration tests bar-controller's behaviour against a real
+// control plane: etcd, kube-apiserver (with OwnerReferencesPermissionEnforcement
+// and an audit log), kube-controller-manager (the Deployment and ReplicaSet
+// controllers, the garbage collector), kube-scheduler and kwok playing the
+// kubelet of one node. The controller is the binary built from this
+// repository, running as its own process under the shipped RBAC.
+package integration
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"github.com/barcontroller/bar-controller/internal/testcluster"
+	clientset "github.com/barcontroller/bar-controller/pkg/generated/clientset/versioned"
+)
+
+// Every test works in a namespace of its own on one shared control plane
+// and controller, started on first use (running only the unit tests costs
+// nothing) and stopped by TestMain.
+
+// The controller's identity: the ServiceAccount artifacts/install creates,
+// with the ClusterRole it ships. The audit log tells its writes apart from
+// the tests' own by this name.
+const controllerUser = "system:serviceaccount:bar-controller:bar-controller"
+
+// testResync is short so that resyncs happen inside the windows in which
+// the tests count writes.
+const testResync = time.Second
+
+type integrationEnv struct {
+	cluster    *testcluster.Cluster
+	kube       kubernetes.Interface // admin, for the tests themselves
+	bars       clientset.Interface
+	controller *testcluster.Process
+	metricsURL string
+	stop       func()
+}
+
+var (
+	envOnce   sync.Once
+	sharedEnv *integrationEnv
+	envErr    error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if sharedEnv != nil {
+		sharedEnv.stop()
+	}
+	os.Exit(code)
+}
+
+// setupIntegration returns the shared environment and a fresh namespace.
+func setupIntegration(t *testing.T) (*integrationEnv, string) {
+	t.Helper()
+	testcluster.SkipWithoutBinaries(t)
+	envOnce.Do(func() { sharedEnv, envErr = startIntegrationEnv() })
+	if envErr != nil {
+		t.Fatalf("starting the control plane: %v", envErr)
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "bar-it-"}}
+	ns, err := sharedEnv.kube.CoreV1().Namespaces().Create(t.Context(), ns, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sharedEnv, ns.Name
+}
+
+func startIntegrationEnv() (_ *integrationEnv, err error) {
+	ctx := context.Background()
+	root, err := testcluster.ModuleRoot()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "bar-integration-")
+	if err != nil {
+		return nil, err
+	}
+	env := &integrationEnv{}
+	env.stop = func() {
+		if env.controller != nil {
+			env.controller.Stop(40 * time.Second)
+			if data, _ := os.ReadFile(env.controller.LogPath); strings.Contains(string(data), "WARNING: DATA RACE") {
+				fmt.Fprintf(os.Stderr, "bar-controller reported a data race, see %s\n", env.controller.LogPath)
+				os.Setenv("BAR_KEEP_TEST_DIR", "1")
+			}
+		}
+		if env.cluster != nil {
+			env.cluster.Stop()
+		}
+		if os.Getenv("BAR_KEEP_TEST_DIR") == "" {
+			os.RemoveAll(dir)
+		} else {
+			fmt.Fprintf(os.Stderr, "control-plane and controller logs kept in %s\n", dir)
+		}
+	}
+	defer func() {
+		if err != nil {
+			env.stop()
+		}
+	}()
+
+	binary, err := testcluster.BuildController(dir)
+	if err != nil {
+		return nil, err
+	}
+	stages, err := testcluster.KwokStages(root)
+	if err != nil {
+		return nil, err
+	}
+	env.cluster, err = testcluster.Start(ctx, testcluster.Options{
+		Dir: dir, ControllerManager: true, Scheduler: true, KwokStages: stages, AuditLog: true,
+		CRDs: []string{filepath.Join(root, "artifacts", "crd")},
+	})
+	if err != nil {
+		return nil, err
+	}
+	env.kube = kubernetes.NewForConfigOrDie(env.cluster.Config)
+	env.bars = clientset.NewForConfigOrDie(env.cluster.Config)
+	if err := env.cluster.AddNode(ctx, "kwok-node-0"); err != nil {
+		return nil, err
+	}
+
+	// The shipped namespace, ServiceAccount and RBAC, not the Deployment:
+	// the controller runs here as a process, with that identity.
+	for _, f := range []string{"namespace.yaml", "rbac.yaml"} {
+		if _, err := env.cluster.Kubectl(ctx, "apply", "--server-side", "-f", filepath.Join(root, "artifacts", "install", f)); err != nil {
+			return nil, err
+		}
+	}
+	tr, err := env.kube.CoreV1().ServiceAccounts("bar-controller").CreateToken(ctx, "bar-controller",
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3 * 3600)}},
+		metav1.CreateOptions{})
+	if err != nil {
+		return nil, err
+	}
+	kubeconfig := filepath.Join(dir, "controller.kubeconfig")
+	if _, err := env.cluster.WriteKubeconfig(kubeconfig, tr.Status.Token); err != nil {
+		return nil, err
+	}
+
+	addrs, err := testcluster.FreeAddrs(2)
+	if err != nil {
+		return nil, err
+	}
+	env.metricsURL = "http://" + addrs[0] + "/metrics"
+	env.controller, err = testcluster.StartProcess("bar-controller", binary, filepath.Join(dir, "logs", "bar-controller.log"),
+		append(os.Environ(), "GORACE=atexit_sleep_ms=0"),
+		"--kubeconfig="+kubeconfig, "-v=2", "--resync-period="+testResync.String(),
+		"--metrics-bind-address="+addrs[0], "--metrics-secure=false", "--health-probe-bind-address="+addrs[1])
+	if err != nil {
+		return nil, err
+	}
+	if err := waitReady(ctx, env.controller, "http://"+addrs[1]+"/readyz"); err != nil {
+		return nil, err
+	}
+	return env, nil
+}
+
+// waitReady waits for the controller's caches to sync, or for it to exit.
+func waitReady(ctx context.Context, p *testcluster.Process, url string) error {
+	deadline := time.After(time.Minute)
+	for {
+		if resp, err := http.Get(url); err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-p.Exited():
+			return fmt.Errorf("bar-controller exited (%v):%s", p.State(), p.LogTail(30))
+		case <-deadline:
+			return fmt.Errorf("bar-controller not ready after a minute:%s", p.LogTail(30))
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// writes returns what the controller has written in ns so far, from the
+// API server's audit log.
+func (e *integrationEnv) writes(t *testing.T, ns string) []string {
+	t.Helper()
+	events, err := e.cluster.Writes(controllerUser, ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]string, len(events))
+	for i, ev := range events {
+		out[i] = ev.String()
+	}
+	return out
+}
+
+// syncs is the controller's count of finished syncs, from its metrics.
+func (e *integrationEnv) syncs(t *testing.T) float64 {
+	t.Helper()
+	m, err := testcluster.Scrape(http.DefaultClient, e.metricsURL, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, _ := m.Value("bar_controller_syncs_total", nil)
+	return n
+}
+
+func eventually(t *testing.T, what string, cond func(ctx context.Context) (bool, error)) {
+	t.Helper()
+	testcluster.Eventually(t, what, cond)
+}
