@@ -5,7 +5,7 @@
 #
 # Usage: hack/install-k8s-binaries.sh [component ...]
 #   components: etcd kube-apiserver kube-controller-manager kube-scheduler
-#               kubectl kwok   (default: all of them)
+#               kubectl kubelet kwok   (default: all of them)
 #
 # Versions come from hack/k8s-versions.env; the wrapper modules that pin the
 # sources live in hack/tools/{k8s,etcd,kwok} (see hack/tools/README.md).
@@ -27,7 +27,7 @@ export GOTOOLCHAIN=local GOWORK=off CGO_ENABLED=0
 TOOLS="${ROOT}/hack/tools"
 BIN_DIR="${ROOT}/bin/k8s-${KUBE_VERSION}"
 STAMP_DIR="${BIN_DIR}/.stamps"
-ALL_COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok)
+ALL_COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kwok)
 
 log() { echo "install-k8s-binaries: $*" >&2; }
 die() {
@@ -42,7 +42,7 @@ component_info() {
       tool_dir=etcd module=go.etcd.io/etcd/server/v3 version=${ETCD_VERSION}
       pkg=go.etcd.io/etcd/server/v3
       ;;
-    kube-apiserver | kube-controller-manager | kube-scheduler | kubectl)
+    kube-apiserver | kube-controller-manager | kube-scheduler | kubectl | kubelet)
       tool_dir=k8s module=k8s.io/kubernetes version=${KUBE_VERSION}
       pkg=k8s.io/kubernetes/cmd/$1
       ;;

@@ -36,7 +36,7 @@ type controllerProcess struct {
 	*testcluster.Process
 	metricsAddr string // host:port
 	metricsURL  string // http://.../metrics
-	healthURL  string // base of /healthz and /readyz
+	healthURL   string // base of /healthz and /readyz
 }
 
 // startController runs bar-controller with the given kubeconfig and flags,
