@@ -49,6 +49,22 @@ test: ## Run all tests (unit, real control plane, real node; with -race); builds
 test-unit: ## Run only the unit tests (fake clients; seconds, nothing to build).
 	go test -race -count=1 ./...
 
+# N=... chooses the numbers of Bars (default 500,2000,5000), BENCH_ARGS
+# passes other flags (go run ./test/bench --help).
+N ?= 500,2000,5000
+BENCH_ARGS ?=
+
+.PHONY: bench
+bench: build ## Measure converge time against a floor, writes per Bar, idle writes, memory and CPU on a real API server; writes docs/benchmarks.md and its plot.
+	go build -o bin/bench ./test/bench
+	kube_bin_dir="$$($(KUBE_BIN_DIR_CMD) etcd kube-apiserver)" && bin/bench --bin-dir="$$kube_bin_dir" --controller=bin/bar-controller --n=$(N) $(BENCH_ARGS)
+
+FUZZTIME ?= 2m
+
+.PHONY: fuzz
+fuzz: ## Fuzz the desired state (FuzzNewDeployment) for FUZZTIME (default 2m); new crashers land in testdata/fuzz.
+	go test -run='^$$' -fuzz=FuzzNewDeployment -fuzztime=$(FUZZTIME) .
+
 .PHONY: k8s-binaries
 k8s-binaries: ## Build and cache the Kubernetes binaries the tests and make run use.
 	$(KUBE_BIN_DIR_CMD)

@@ -1,0 +1,169 @@
+/*
+Copyright The bar-controller Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package main
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	barv1alpha1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1alpha1"
+	clientset "github.com/barcontroller/bar-controller/pkg/generated/clientset/versioned"
+)
+
+// The objects every scenario creates. Bars ask for what the examples ask
+// for; the image is never pulled (there are no nodes).
+const benchImage = "registry.example/app:1.0"
+
+func benchBar(ns string, i int) *barv1alpha1.Bar {
+	name := fmt.Sprintf("bar-%05d", i)
+	return &barv1alpha1.Bar{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec:       barv1alpha1.BarSpec{DeploymentName: name, Replicas: ptr.To[int32](2), Image: benchImage},
+	}
+}
+
+// floorDeployment is the Deployment an ideal controller would create for
+// bar: the same labels, selector, owner reference and template the real
+// one sends (deployment.go), so the floor pays for objects of the same
+// size.
+func floorDeployment(bar *barv1alpha1.Bar) *appsv1.Deployment {
+	labels := map[string]string{"barcontroller.dev/bar": bar.Name}
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: bar.Spec.DeploymentName, Namespace: bar.Namespace,
+			Labels: map[string]string{"barcontroller.dev/bar": bar.Name, "app.kubernetes.io/managed-by": "bar-controller"},
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: barv1alpha1.SchemeGroupVersion.String(), Kind: "Bar", Name: bar.Name, UID: bar.UID,
+				Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
+			}},
+		},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: bar.Spec.Replicas,
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: bar.Spec.Image}}},
+			},
+		},
+	}
+}
+
+// parallel runs fn for 0..n-1 on inflight goroutines and returns the first
+// error.
+func parallel(ctx context.Context, n, inflight int, fn func(ctx context.Context, i int) error) error {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var once sync.Once
+	var first error
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for range inflight {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n || ctx.Err() != nil {
+					return
+				}
+				if err := fn(ctx, i); err != nil {
+					once.Do(func() { first = err; cancel() })
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return first
+}
+
+// runFloor is the floor: per Bar, the three writes a controller with zero
+// overhead would make, in order (create the Bar, create its Deployment,
+// write the Bar's status), many Bars in flight, no watch, no event.
+func runFloor(ctx context.Context, kube kubernetes.Interface, bars clientset.Interface, ns string, n, inflight int) error {
+	return parallel(ctx, n, inflight, func(ctx context.Context, i int) error {
+		bar, err := bars.BarcontrollerV1alpha1().Bars(ns).Create(ctx, benchBar(ns, i), metav1.CreateOptions{})
+		if err != nil {
+			return err
+		}
+		if _, err := kube.AppsV1().Deployments(ns).Create(ctx, floorDeployment(bar), metav1.CreateOptions{}); err != nil {
+			return err
+		}
+		bar.Status = barv1alpha1.BarStatus{ObservedGeneration: bar.Generation, Conditions: []metav1.Condition{{
+			Type: barv1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: "ReplicasUnavailable",
+			Message: "0 of 2 replicas available", ObservedGeneration: bar.Generation, LastTransitionTime: metav1.Now(),
+		}}}
+		_, err = bars.BarcontrollerV1alpha1().Bars(ns).UpdateStatus(ctx, bar, metav1.UpdateOptions{})
+		return err
+	})
+}
+
+// createBars creates the Bars of a controller run, as fast as the floor does.
+func createBars(ctx context.Context, bars clientset.Interface, ns string, n, inflight int) error {
+	return parallel(ctx, n, inflight, func(ctx context.Context, i int) error {
+		_, err := bars.BarcontrollerV1alpha1().Bars(ns).Create(ctx, benchBar(ns, i), metav1.CreateOptions{})
+		return err
+	})
+}
+
+// createUnrelated creates n Deployments no Bar asks for, spread over ten
+// namespaces, as other workloads in a cluster would be.
+func createUnrelated(ctx context.Context, kube kubernetes.Interface, n, inflight int) error {
+	for j := range 10 {
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("unrelated-%d", j)}}
+		if _, err := kube.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+	}
+	return parallel(ctx, n, inflight, func(ctx context.Context, i int) error {
+		labels := map[string]string{"app": fmt.Sprintf("web-%d", i)}
+		d := &appsv1.Deployment{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("web-%05d", i), Namespace: fmt.Sprintf("unrelated-%d", i%10), Labels: labels},
+			Spec: appsv1.DeploymentSpec{
+				Replicas: ptr.To[int32](1),
+				Selector: &metav1.LabelSelector{MatchLabels: labels},
+				Template: corev1.PodTemplateSpec{
+					ObjectMeta: metav1.ObjectMeta{Labels: labels},
+					Spec: corev1.PodSpec{Containers: []corev1.Container{{
+						Name: "web", Image: "registry.example/web:2.4",
+						Env:   []corev1.EnvVar{{Name: "MODE", Value: "production"}},
+						Ports: []corev1.ContainerPort{{ContainerPort: 8080}},
+					}}},
+				},
+			},
+		}
+		_, err := kube.AppsV1().Deployments(d.Namespace).Create(ctx, d, metav1.CreateOptions{})
+		return err
+	})
+}
+
+// clean removes a scenario's Bars and Deployments: there is no garbage
+// collector (no kube-controller-manager) to do it.
+func clean(ctx context.Context, kube kubernetes.Interface, bars clientset.Interface, ns string) error {
+	if err := bars.BarcontrollerV1alpha1().Bars(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+		return err
+	}
+	return kube.AppsV1().Deployments(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
+}

@@ -1,0 +1,109 @@
+/*
+Copyright The bar-controller Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Command bench measures bar-controller on a real control plane (etcd and
+// kube-apiserver from bin/k8s-<version>/, no kube-controller-manager):
+// how long N Bars take to converge against a floor measured in the same run,
+// how many writes each Bar costs by the API server's own counters, whether
+// an idle controller writes, and the controller's peak memory and CPU,
+// also with thousands of unrelated Deployments in the cluster. It prints a
+// table and writes docs/benchmarks.md and a plot (make bench).
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+func main() {
+	var (
+		ns         = flag.String("n", "500,2000,5000", "comma-separated numbers of Bars, one scenario each")
+		unrelated  = flag.Int("unrelated", 5000, "unrelated Deployments for the extra scenario at --unrelated-n Bars; 0 skips it")
+		unrelatedN = flag.Int("unrelated-n", 2000, "number of Bars in the scenario with unrelated Deployments")
+		binDir     = flag.String("bin-dir", os.Getenv("KUBE_BIN_DIR"), "directory with etcd and kube-apiserver (hack/install-k8s-binaries.sh)")
+		controller = flag.String("controller", "bin/bar-controller", "the bar-controller binary to measure, run with its default flags")
+		crdDir     = flag.String("crds", "artifacts/crd", "the Bar CRD")
+		inflight   = flag.Int("inflight", 64, "requests the bench's own client keeps in flight (floor and Bar creates alike)")
+		idle       = flag.Duration("idle-resync", 5*time.Second, "the resync period of the idle check's controller")
+		out        = flag.String("out", "docs/benchmarks.md", "the report to write; empty: print only")
+		logDir     = flag.String("log-dir", "_output/bench", "where the controllers' logs go")
+	)
+	flag.Parse()
+	if *binDir == "" {
+		fmt.Fprintln(os.Stderr, "bench: set --bin-dir or $KUBE_BIN_DIR (make bench does)")
+		os.Exit(2)
+	}
+	var sizes []int
+	for _, f := range strings.Split(*ns, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			fmt.Fprintf(os.Stderr, "bench: --n: bad number %q\n", f)
+			os.Exit(2)
+		}
+		sizes = append(sizes, n)
+	}
+	if err := os.MkdirAll(*logDir, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	controllerPath, _ := filepath.Abs(*controller)
+	s := scenario{binDir: *binDir, crdDir: *crdDir, controller: controllerPath, inflight: *inflight, idleResync: *idle, logDir: *logDir}
+
+	var results []result
+	plan := make([][2]int, 0, len(sizes)+1)
+	for _, n := range sizes {
+		plan = append(plan, [2]int{n, 0})
+	}
+	if *unrelated > 0 {
+		plan = append(plan, [2]int{*unrelatedN, *unrelated})
+	}
+	for _, p := range plan {
+		fmt.Fprintf(os.Stderr, "bench: %d Bars, %d unrelated Deployments ...\n", p[0], p[1])
+		r, err := s.run(ctx, p[0], p[1])
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "bench: %d Bars: %v\n", p[0], err)
+			os.Exit(1)
+		}
+		fmt.Fprintf(os.Stderr, "bench:   floor %v, controller %v (%.2fx), %.2f writes per Bar, idle writes %v, peak RSS %.1f MB\n",
+			r.Floor.Round(time.Millisecond), r.Controller.Round(time.Millisecond), ratio(r),
+			r.DeploymentWrites+r.StatusWrites+r.EventWrites+r.OtherWrites, r.IdleWrites, mb(r.PeakRSS))
+		results = append(results, r)
+	}
+	table := markdownTable(results)
+	fmt.Println(table)
+	if *out == "" {
+		return
+	}
+	plot := strings.TrimSuffix(*out, filepath.Ext(*out)) + ".png"
+	if err := writePlot(plot, results); err != nil {
+		fmt.Fprintln(os.Stderr, "bench: plot:", err)
+		os.Exit(1)
+	}
+	if err := os.WriteFile(*out, []byte(report(results, table, filepath.Base(plot), *unrelatedN, *inflight, *idle)), 0o644); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+	fmt.Fprintf(os.Stderr, "bench: wrote %s and %s\n", *out, plot)
+}
