@@ -73,6 +73,35 @@ func isBarRef(ref *metav1.OwnerReference) bool {
 	return err == nil && ref.Kind == "Bar" && gv.Group == barv1alpha1.SchemeGroupVersion.Group
 }
 
+// trimDeployment is the Deployment informer's transform: what the cache
+// keeps of each Deployment. A Deployment a Bar controls is kept whole, minus
+// managedFields (the controller compares fields itself, see deploymentDiff).
+// Of any other Deployment the controller only ever asks whether it exists,
+// who controls it and whether it changed (see handleDeployment and
+// notOwnedReadiness), so it keeps the name, owner references and
+// resourceVersion, and drops spec, status, labels and annotations: in a
+// cluster with thousands of Deployments that are none of its business,
+// they are most of the cache. Trimming, unlike a label-filtered watch, still
+// shows the controller a foreign Deployment that stands in a Bar's way.
+func trimDeployment(obj interface{}) (interface{}, error) {
+	d, ok := obj.(*appsv1.Deployment)
+	if !ok {
+		return obj, nil
+	}
+	if ref := metav1.GetControllerOf(d); ref != nil && isBarRef(ref) {
+		d.ManagedFields = nil
+		return d, nil
+	}
+	return &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{
+		Name:              d.Name,
+		Namespace:         d.Namespace,
+		UID:               d.UID,
+		ResourceVersion:   d.ResourceVersion,
+		DeletionTimestamp: d.DeletionTimestamp,
+		OwnerReferences:   d.OwnerReferences,
+	}}, nil
+}
+
 // addBar and updateBar enqueue on every event, resyncs included: the sync is
 // level-triggered and costs no API call when nothing changed, and a resync
 // is how the controller repairs anything a missed event left behind.

@@ -25,6 +25,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
+
+	barv1alpha1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1alpha1"
 )
 
 // TestDeploymentEventsFindTheirBar is the table test for the owner lookup:
@@ -127,5 +129,61 @@ func TestReleasedDeploymentNotifiesFormerOwner(t *testing.T) {
 	}
 	if key, _ := c.queue.Get(); key != keyOf(bar) {
 		t.Errorf("enqueued %v, want %v", key, keyOf(bar))
+	}
+}
+
+// TestTrimDeployment: the cache keeps a Bar's Deployment whole, and of any
+// other only what tells the controller it is in the way and whose it is.
+func TestTrimDeployment(t *testing.T) {
+	bar := newBar("owner", "web", 1)
+	full := func(refs ...metav1.OwnerReference) *appsv1.Deployment {
+		return &appsv1.Deployment{
+			ObjectMeta: metav1.ObjectMeta{
+				Name: "web", Namespace: bar.Namespace, UID: "d-uid", ResourceVersion: "42",
+				Labels: map[string]string{"app": "web"}, Annotations: map[string]string{"note": "big"},
+				ManagedFields:   []metav1.ManagedFieldsEntry{{Manager: "kubectl"}},
+				OwnerReferences: refs,
+			},
+			Spec:   appsv1.DeploymentSpec{Replicas: ptr.To[int32](3)},
+			Status: appsv1.DeploymentStatus{AvailableReplicas: 3},
+		}
+	}
+	barRef := *metav1.NewControllerRef(bar, barv1alpha1.SchemeGroupVersion.WithKind("Bar"))
+	otherRef := metav1.OwnerReference{APIVersion: "example.com/v1", Kind: "Bar", Name: "owner", UID: bar.UID, Controller: ptr.To(true)}
+	tests := []struct {
+		name     string
+		in       *appsv1.Deployment
+		keepFull bool
+	}{
+		{"a Bar's", full(barRef), true},
+		{"nobody's", full(), false},
+		{"another group's Bar's", full(otherRef), false},
+		{"a Bar's, but not as controller", full(metav1.OwnerReference{APIVersion: barRef.APIVersion, Kind: "Bar", Name: "owner", UID: bar.UID}), false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			refs := tc.in.OwnerReferences
+			obj, err := trimDeployment(tc.in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := obj.(*appsv1.Deployment)
+			if d.ManagedFields != nil {
+				t.Errorf("managedFields kept")
+			}
+			if d.Name != "web" || d.Namespace != bar.Namespace || d.UID != "d-uid" || d.ResourceVersion != "42" || len(d.OwnerReferences) != len(refs) {
+				t.Errorf("identity or owners lost: %+v", d.ObjectMeta)
+			}
+			kept := d.Spec.Replicas != nil && d.Status.AvailableReplicas == 3 && d.Labels != nil
+			if kept != tc.keepFull {
+				t.Errorf("spec, status and labels kept: %v, want %v", kept, tc.keepFull)
+			}
+			if !tc.keepFull && (d.Annotations != nil || d.Labels != nil) {
+				t.Errorf("a foreign Deployment kept labels or annotations: %+v", d.ObjectMeta)
+			}
+		})
+	}
+	if obj, _ := trimDeployment(cache.DeletedFinalStateUnknown{Key: "x"}); obj == nil {
+		t.Error("a tombstone was dropped")
 	}
 }

@@ -156,6 +156,9 @@ func CleanUp() error {
 func cleanHost() error {
 	var errs []error
 	killNodeProcesses()
+	// Before the network namespaces are unmounted: while their mounts hold
+	// them, the Pods' veths are still on the bridge and found there.
+	errs = append(errs, deleteBridge())
 	b, err := os.ReadFile(stateFile)
 	if errors.Is(err, os.ErrNotExist) {
 		b = []byte(`{}`)
@@ -186,9 +189,6 @@ func cleanHost() error {
 		}
 	}
 	errs = append(errs, removeCgroups())
-	if link, err := netlink.LinkByName(bridgeName); err == nil {
-		errs = append(errs, netlink.LinkDel(link))
-	}
 	errs = append(errs, os.RemoveAll(BaseDir))
 	if s.Entries != nil {
 		for _, p := range sharedPaths {
@@ -215,6 +215,30 @@ func cleanHost() error {
 		return err
 	}
 	return nil
+}
+
+// deleteBridge deletes the Pods' veths and then the bridge. A veth would go
+// by itself with its Pod's network namespace, but the kernel destroys
+// namespaces asynchronously, so the host end can outlive this function (and
+// a test's look at the host) by a moment; deleting it is immediate.
+func deleteBridge() error {
+	br, err := netlink.LinkByName(bridgeName)
+	if err != nil {
+		return nil // not there: nothing to do
+	}
+	links, err := netlink.LinkList()
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, l := range links {
+		if l.Attrs().MasterIndex == br.Attrs().Index {
+			if err := netlink.LinkDel(l); err != nil && !errors.Is(err, syscall.ENODEV) {
+				errs = append(errs, fmt.Errorf("deleting %s: %w", l.Attrs().Name, err))
+			}
+		}
+	}
+	return errors.Join(append(errs, netlink.LinkDel(br))...)
 }
 
 // killNodeProcesses SIGKILLs the node's processes until none is left: the
