@@ -107,7 +107,7 @@ func (r requests) describe() string {
 	var parts []string
 	for k, v := range r {
 		verb, resource, _ := strings.Cut(k, " ")
-		if writeVerbs[verb] && resource != "leases" {
+		if writeVerbs[verb] && resource != "leases" && v > 0 {
 			parts = append(parts, k+" "+trimFloat(v))
 		}
 	}
