@@ -59,6 +59,11 @@ bench: build ## Measure converge time against a floor, writes per Bar, idle writ
 	go build -o bin/bench ./test/bench
 	kube_bin_dir="$$($(KUBE_BIN_DIR_CMD) etcd kube-apiserver)" && bin/bench --bin-dir="$$kube_bin_dir" --controller=bin/bar-controller --n=$(N) $(BENCH_ARGS)
 
+.PHONY: faults
+faults: ## Kill kube-apiserver, freeze etcd, SIGKILL the controller while it converges thousands of Bars; print a pass/fail table with timings.
+	kube_bin_dir="$$($(KUBE_BIN_DIR_CMD) etcd kube-apiserver kubectl)" && \
+	KUBE_BIN_DIR="$$kube_bin_dir" BAR_REQUIRE_INTEGRATION=1 go test -count=1 -v -timeout=20m ./test/faults
+
 FUZZTIME ?= 2m
 
 .PHONY: fuzz
