@@ -17,18 +17,10 @@ limitations under the License.
 package e2e
 
 import (
-	"context"
 	"crypto/tls"
-	"io"
 	"net/http"
 	"testing"
 	"time"
-
-	authenticationv1 "k8s.io/api/authentication/v1"
-	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 
 	"github.com/barcontroller/bar-controller/internal/testcluster"
 )
@@ -49,32 +41,7 @@ func TestOpsSecureMetrics(t *testing.T) {
 	waitOpsConverged(t, env, ns, bar.Name)
 
 	// Two scrapers: one bound to the shipped reader role, one not.
-	token := func(name string) string {
-		t.Helper()
-		if _, err := env.kube.CoreV1().ServiceAccounts(ns).Create(ctx,
-			&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		tr, err := env.kube.CoreV1().ServiceAccounts(ns).CreateToken(ctx, name,
-			&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](600)}},
-			metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tr.Status.Token
-	}
-	prometheus, nobody := token("prometheus"), token("nobody")
-	binding := &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "e2e-" + ns + "-metrics-reader"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "bar-controller-metrics-reader"},
-		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: "prometheus", Namespace: ns}},
-	}
-	if _, err := env.kube.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = env.kube.RbacV1().ClusterRoleBindings().Delete(context.Background(), binding.Name, metav1.DeleteOptions{})
-	})
+	prometheus, nobody := testcluster.MetricsScrapers(t, env.kube, ns, "e2e")
 
 	// The certificate is self-signed: the scraper trusts the endpoint by
 	// the API server's answer about its token, not by the certificate.
@@ -84,20 +51,11 @@ func TestOpsSecureMetrics(t *testing.T) {
 	url := "https://" + c.metricsAddr + "/metrics"
 	status := func(token string) int {
 		t.Helper()
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		code, err := testcluster.StatusOf(ctx, insecure, url, token)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if token != "" {
-			req.Header.Set("Authorization", "Bearer "+token)
-		}
-		resp, err := insecure.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		_, _ = io.Copy(io.Discard, resp.Body)
-		return resp.StatusCode
+		return code
 	}
 	if code := status(""); code != http.StatusUnauthorized {
 		t.Errorf("no token: %d, want 401", code)

@@ -19,17 +19,10 @@ package node
 import (
 	"context"
 	"crypto/tls"
-	"io"
 	"net"
 	"net/http"
 	"testing"
 	"time"
-
-	authenticationv1 "k8s.io/api/authentication/v1"
-	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 
 	"github.com/barcontroller/bar-controller/internal/testcluster"
 )
@@ -49,33 +42,7 @@ func TestMetricsScrapedFromThePod(t *testing.T) {
 		t.Fatal("no leader")
 	}
 
-	ns := "default"
-	token := func(name string) string {
-		t.Helper()
-		if _, err := e.kube.CoreV1().ServiceAccounts(ns).Create(ctx,
-			&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		tr, err := e.kube.CoreV1().ServiceAccounts(ns).CreateToken(ctx, name,
-			&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](600)}},
-			metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tr.Status.Token
-	}
-	prometheus, nobody := token("node-prometheus"), token("node-nobody")
-	binding := &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "node-test-metrics-reader"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "bar-controller-metrics-reader"},
-		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: "node-prometheus", Namespace: ns}},
-	}
-	if _, err := e.kube.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = e.kube.RbacV1().ClusterRoleBindings().Delete(context.Background(), binding.Name, metav1.DeleteOptions{})
-	})
+	prometheus, nobody := testcluster.MetricsScrapers(t, e.kube, "default", "node")
 
 	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
 		// The certificate is self-signed (no --metrics-cert-dir in the
@@ -85,18 +52,11 @@ func TestMetricsScrapedFromThePod(t *testing.T) {
 	url := "https://" + net.JoinHostPort(lead.Status.PodIP, "8443") + "/metrics"
 	status := func(token string) int {
 		t.Helper()
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		code, err := testcluster.StatusOf(ctx, client, url, token)
 		if err != nil {
 			t.Fatal(err)
 		}
-		req.Header.Set("Authorization", "Bearer "+token)
-		resp, err := client.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		_, _ = io.Copy(io.Discard, resp.Body)
-		return resp.StatusCode
+		return code
 	}
 	if code := status(nobody); code != http.StatusForbidden {
 		t.Errorf("a token without the metrics-reader role: %d, want 403", code)
