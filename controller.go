@@ -20,23 +20,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	kubeinformers "k8s.io/client-go/informers"
 	appsinformers "k8s.io/client-go/informers/apps/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	appslisters "k8s.io/client-go/listers/apps/v1"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
@@ -68,6 +63,14 @@ const (
 	EventApplyFailed        = barv1alpha1.ReasonApplyFailed
 )
 
+// Event actions: what the controller did (events.k8s.io/v1 Event.action).
+const (
+	actionCreate = "Create"
+	actionUpdate = "Update"
+	actionDelete = "Delete"
+	actionSync   = "Sync"
+)
+
 // The event recorder encodes the objects it reports on with client-go's
 // scheme, which must therefore know Bars. Once, before any goroutine reads it.
 func init() {
@@ -76,18 +79,22 @@ func init() {
 
 // Controller reconciles Bars into Deployments. An event travels through it
 // in named steps: an informer handler (handlers.go) enqueues a Bar key;
-// processNextWorkItem dequeues it; syncHandler computes and applies the
+// processNextWorkItem dequeues it; syncHandler (sync.go) computes and applies the
 // Deployment; updateStatus reports the outcome on the Bar.
 type Controller struct {
 	kubeclientset kubernetes.Interface
 	barclientset  clientset.Interface
 
-	deploymentsLister  appslisters.DeploymentLister
-	deploymentsIndexer cache.Indexer
-	deploymentsSynced  cache.InformerSynced
-	barsLister         listers.BarLister
-	barsIndexer        cache.Indexer
-	barsSynced         cache.InformerSynced
+	// Two views of Deployments (see main.go): the Deployments this
+	// controller manages, whole, to compare with what a Bar wants; and the
+	// metadata of every Deployment, to know who holds a name.
+	deploymentsLister     appslisters.DeploymentLister
+	deploymentsSynced     cache.InformerSynced
+	deploymentMetaIndexer cache.Indexer
+	deploymentMetaSynced  cache.InformerSynced
+	barsLister            listers.BarLister
+	barsIndexer           cache.Indexer
+	barsSynced            cache.InformerSynced
 
 	// queue holds the keys of Bars to sync. It never holds the same key
 	// twice, never gives one key to two workers at once, and backs off
@@ -98,8 +105,8 @@ type Controller struct {
 	// trace logs every step for the Bars --trace names; nil traces nothing.
 	trace *tracer
 
-	broadcaster record.EventBroadcaster
-	recorder    record.EventRecorder
+	broadcaster events.EventBroadcaster
+	recorder    events.EventRecorder
 	logger      klog.Logger
 	now         func() metav1.Time
 }
@@ -111,39 +118,55 @@ func NewController(
 	kubeclientset kubernetes.Interface,
 	barclientset clientset.Interface,
 	deploymentInformer appsinformers.DeploymentInformer,
+	deploymentMetaInformer kubeinformers.GenericInformer,
 	barInformer informers.BarInformer) (*Controller, error) {
 	logger := klog.FromContext(ctx)
 
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	broadcaster.StartStructuredLogging(0)
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kubeclientset.CoreV1().Events("")})
+	// Events go through the events.k8s.io API's recorder, as kube-scheduler's
+	// do, not the older tools/record one: record writes every event from
+	// one goroutine and drops what does not fit in a queue of 1,000
+	// (maxQueuedEvents in tools/record/event.go), which a cold start of a
+	// few thousand Bars overflows. tools/events writes each event on its own
+	// goroutine (eventBroadcasterImpl.recordToSink in
+	// tools/events/event_broadcaster.go), so the event, the third write per
+	// Bar, keeps pace with the workers.
+	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: kubeclientset.EventsV1()})
+	if _, err := broadcaster.StartLogging(logger); err != nil {
+		return nil, fmt.Errorf("logging events: %w", err)
+	}
+	if err := broadcaster.StartRecordingToSinkWithContext(ctx); err != nil {
+		return nil, fmt.Errorf("recording events: %w", err)
+	}
 
 	c := &Controller{
-		kubeclientset:      kubeclientset,
-		barclientset:       barclientset,
-		deploymentsLister:  deploymentInformer.Lister(),
-		deploymentsIndexer: deploymentInformer.Informer().GetIndexer(),
-		deploymentsSynced:  deploymentInformer.Informer().HasSynced,
-		barsLister:         barInformer.Lister(),
-		barsIndexer:        barInformer.Informer().GetIndexer(),
-		barsSynced:         barInformer.Informer().HasSynced,
+		kubeclientset:         kubeclientset,
+		barclientset:          barclientset,
+		deploymentsLister:     deploymentInformer.Lister(),
+		deploymentsSynced:     deploymentInformer.Informer().HasSynced,
+		deploymentMetaIndexer: deploymentMetaInformer.Informer().GetIndexer(),
+		deploymentMetaSynced:  deploymentMetaInformer.Informer().HasSynced,
+		barsLister:            barInformer.Lister(),
+		barsIndexer:           barInformer.Informer().GetIndexer(),
+		barsSynced:            barInformer.Informer().HasSynced,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[cache.ObjectName](),
 			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: "bars"}),
 		broadcaster: broadcaster,
-		recorder:    broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: controllerAgentName}),
+		recorder:    broadcaster.NewRecorder(scheme.Scheme, controllerAgentName),
 		logger:      logger,
 		now:         metav1.Now,
 	}
-	c.writes = newWriteTracker(map[string]rvStore{
-		"deployments": c.deploymentsIndexer,
-		"bars":        c.barsIndexer,
+	// A write to a Deployment must reach both Deployment caches before the
+	// Bar syncs again: either one behind would make the sync write again.
+	c.writes = newWriteTracker(map[string][]rvStore{
+		"deployments": {deploymentInformer.Informer().GetIndexer(), c.deploymentMetaIndexer},
+		"bars":        {c.barsIndexer},
 	})
 
 	if err := barInformer.Informer().AddIndexers(cache.Indexers{barsByDeploymentName: indexBarByDeploymentName}); err != nil {
 		return nil, fmt.Errorf("adding Bar index: %w", err)
 	}
-	if err := deploymentInformer.Informer().AddIndexers(cache.Indexers{deploymentsByBarUID: indexDeploymentByBarUID}); err != nil {
+	if err := deploymentMetaInformer.Informer().AddIndexers(cache.Indexers{deploymentsByBarUID: indexDeploymentByBarUID}); err != nil {
 		return nil, fmt.Errorf("adding Deployment index: %w", err)
 	}
 	if _, err := barInformer.Informer().AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
@@ -152,12 +175,14 @@ func NewController(
 	}); err != nil {
 		return nil, fmt.Errorf("adding Bar event handler: %w", err)
 	}
-	if _, err := deploymentInformer.Informer().AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
-		AddFunc:    c.addDeployment,
-		UpdateFunc: c.updateDeployment,
-		DeleteFunc: c.deleteDeployment,
-	}); err != nil {
-		return nil, fmt.Errorf("adding Deployment event handler: %w", err)
+	for _, informer := range []cache.SharedIndexInformer{deploymentInformer.Informer(), deploymentMetaInformer.Informer()} {
+		if _, err := informer.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
+			AddFunc:    c.addDeployment,
+			UpdateFunc: c.updateDeployment,
+			DeleteFunc: c.deleteDeployment,
+		}); err != nil {
+			return nil, fmt.Errorf("adding Deployment event handler: %w", err)
+		}
 	}
 	return c, nil
 }
@@ -177,7 +202,7 @@ func (c *Controller) Trace(pattern string) error {
 // HasSynced reports whether the informer caches have been filled; until
 // then the controller would mistake "not cached yet" for "does not exist".
 func (c *Controller) HasSynced() bool {
-	return c.barsSynced() && c.deploymentsSynced()
+	return c.barsSynced() && c.deploymentsSynced() && c.deploymentMetaSynced()
 }
 
 // Run waits for the caches, then syncs Bars with the given number of workers
@@ -190,7 +215,7 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 
 	logger.Info("Starting Bar controller", "workers", workers)
 	logger.Info("Waiting for informer caches to sync")
-	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.barsSynced, c.deploymentsSynced) {
+	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.barsSynced, c.deploymentsSynced, c.deploymentMetaSynced) {
 		// Only a cancelled ctx ends the wait: a shutdown, not a failure.
 		c.queue.ShutDown()
 		logger.Info("Shut down before the caches synced")
@@ -253,164 +278,4 @@ func (c *Controller) processNextWorkItem(ctx context.Context) bool {
 		c.queue.AddRateLimited(key)
 	}
 	return true
-}
-
-// syncHandler is the sync step. It reads the Bar and its Deployments from
-// the caches, writes only what differs, and reports in the Bar's status.
-func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) error {
-	logger := klog.LoggerWithValues(klog.FromContext(ctx), "bar", key)
-	ctx = klog.NewContext(ctx, logger)
-
-	bar, err := c.barsLister.Bars(key.Namespace).Get(key.Name)
-	if apierrors.IsNotFound(err) {
-		// The garbage collector deletes the Deployment through its
-		// ownerReference; nothing is left for us to do.
-		logger.V(4).Info("Bar no longer exists")
-		c.trace.decision(key, "Bar is gone: nothing to do, the garbage collector removes its Deployment", "")
-		c.writes.forget(key)
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	if bar.DeletionTimestamp != nil {
-		// Being deleted: do not recreate what the garbage collector removes.
-		c.trace.decision(key, "Bar is being deleted: nothing to do", "")
-		return nil
-	}
-	if err := c.writes.caughtUp(key); err != nil {
-		c.trace.decision(key, "cache older than our last write: wait and retry", err.Error())
-		return err
-	}
-
-	deployment, err := c.deploymentsLister.Deployments(bar.Namespace).Get(bar.Spec.DeploymentName)
-	if apierrors.IsNotFound(err) {
-		deployment = nil
-	} else if err != nil {
-		return err
-	}
-	c.trace.read(key, bar, deployment)
-	if deployment != nil && !metav1.IsControlledBy(deployment, bar) {
-		// Someone else's Deployment: never touch it. No error either, so no
-		// retry loop: the Deployment handler enqueues this Bar again when
-		// that Deployment changes or goes away.
-		c.trace.decision(key, "Deployment is not controlled by this Bar: leave it alone", "")
-		return c.updateStatus(ctx, bar, 0, notOwnedReadiness(deployment))
-	}
-
-	deployment, err = c.applyDeployment(ctx, bar, deployment)
-	if apierrors.IsInvalid(err) {
-		// Retrying the same request gets the same answer; a change to the
-		// Bar enqueues it again.
-		return c.updateStatus(ctx, bar, 0, readiness{metav1.ConditionFalse, barv1alpha1.ReasonApplyFailed,
-			fmt.Sprintf("the API server rejected Deployment %s: %v", bar.Spec.DeploymentName, err)})
-	}
-	if err != nil {
-		return err
-	}
-	// Only now that the wanted Deployment exists do the ones under an old
-	// name go: a rename never leaves the Bar with nothing running, and a
-	// rename to a name that is taken keeps the old Deployment serving.
-	if err := c.deleteStaleDeployments(ctx, bar); err != nil {
-		return err
-	}
-	return c.updateStatus(ctx, bar, deployment.Status.AvailableReplicas, deploymentReadiness(bar, deployment))
-}
-
-// applyDeployment makes the Deployment match the Bar, writing only if the
-// cached one (have, nil if none) differs, and returns the result.
-func (c *Controller) applyDeployment(ctx context.Context, bar *barv1alpha1.Bar, have *appsv1.Deployment) (*appsv1.Deployment, error) {
-	key := cache.MetaObjectToName(bar)
-	want := newDeployment(bar)
-	var diff []string
-	if have != nil {
-		if diff = deploymentDiff(want, have); len(diff) == 0 {
-			c.trace.decision(key, "Deployment up to date: no write", "")
-			return have, nil
-		}
-		c.trace.decision(key, "Deployment differs: apply with force", strings.Join(diff, ", "))
-	} else {
-		c.trace.decision(key, "no Deployment in the cache: create it", "")
-	}
-	// Force takes fields back from whoever changed them, so it is used only
-	// on a Deployment the cache shows this Bar controls. When the cache
-	// shows none, an unforced apply turns a Deployment that someone created
-	// a moment ago into a conflict error instead of taking it over.
-	opts := metav1.ApplyOptions{FieldManager: fieldManager, Force: have != nil}
-	start := time.Now()
-	d, err := c.kubeclientset.AppsV1().Deployments(bar.Namespace).Apply(ctx, want, opts)
-	c.trace.apiCall(key, "apply deployments/"+bar.Spec.DeploymentName, start, d, err)
-	if err != nil {
-		return nil, fmt.Errorf("applying Deployment %s: %w", bar.Spec.DeploymentName, err)
-	}
-	c.writes.wrote(key, bar.UID, "deployments", d.ResourceVersion)
-	if have == nil {
-		c.recorder.Eventf(bar, corev1.EventTypeNormal, EventDeploymentCreated, "Created Deployment %s", d.Name)
-	} else {
-		c.recorder.Eventf(bar, corev1.EventTypeNormal, EventDeploymentUpdated, "Updated Deployment %s to match the Bar: %s",
-			d.Name, strings.Join(diff, ", "))
-	}
-	klog.FromContext(ctx).V(2).Info("Applied Deployment", "deployment", klog.KObj(d), "created", have == nil)
-	return d, nil
-}
-
-// deleteStaleDeployments removes Deployments the Bar controls under a name
-// it no longer asks for (spec.deploymentName changed).
-func (c *Controller) deleteStaleDeployments(ctx context.Context, bar *barv1alpha1.Bar) error {
-	owned, err := c.deploymentsIndexer.ByIndex(deploymentsByBarUID, string(bar.UID))
-	if err != nil {
-		return err
-	}
-	for _, obj := range owned {
-		d := obj.(*appsv1.Deployment)
-		if d.Name == bar.Spec.DeploymentName || d.Namespace != bar.Namespace || d.DeletionTimestamp != nil {
-			continue
-		}
-		// The UID precondition makes sure we delete the object we looked
-		// at, not a namesake created since.
-		key := cache.MetaObjectToName(bar)
-		c.trace.decision(key, "old Deployment after a rename: delete it", d.Name)
-		start := time.Now()
-		err := c.kubeclientset.AppsV1().Deployments(d.Namespace).Delete(ctx, d.Name,
-			metav1.DeleteOptions{Preconditions: metav1.NewUIDPreconditions(string(d.UID))})
-		c.trace.apiCall(key, "delete deployments/"+d.Name, start, nil, err)
-		if apierrors.IsNotFound(err) {
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("deleting old Deployment %s: %w", d.Name, err)
-		}
-		c.recorder.Eventf(bar, corev1.EventTypeNormal, EventDeploymentDeleted,
-			"Deleted Deployment %s: the Bar now names Deployment %s", d.Name, bar.Spec.DeploymentName)
-		klog.FromContext(ctx).V(2).Info("Deleted old Deployment", "deployment", klog.KObj(d))
-	}
-	return nil
-}
-
-// updateStatus is the status step: write the Bar's status through the status
-// subresource if, and only if, it would change.
-func (c *Controller) updateStatus(ctx context.Context, bar *barv1alpha1.Bar, available int32, r readiness) error {
-	key := cache.MetaObjectToName(bar)
-	want := newStatus(bar, available, r, c.now())
-	if !statusChanged(&bar.Status, &want) {
-		c.trace.decision(key, "status unchanged: no write", r.reason)
-		return nil
-	}
-	c.trace.decision(key, "status changed: write it", r.reason)
-	start := time.Now()
-	updated, err := c.barclientset.BarcontrollerV1alpha1().Bars(bar.Namespace).ApplyStatus(ctx,
-		statusApplyConfiguration(bar, &want), metav1.ApplyOptions{FieldManager: fieldManager, Force: true})
-	c.trace.apiCall(key, "apply bars/"+bar.Name+"/status", start, updated, err)
-	if err != nil {
-		return fmt.Errorf("updating status: %w", err)
-	}
-	c.writes.wrote(key, bar.UID, "bars", updated.ResourceVersion)
-
-	// Problems are announced once, when the Bar enters them.
-	if old := meta.FindStatusCondition(bar.Status.Conditions, barv1alpha1.ConditionReady); r.status == metav1.ConditionFalse &&
-		(r.reason == barv1alpha1.ReasonDeploymentNotOwned || r.reason == barv1alpha1.ReasonApplyFailed) &&
-		(old == nil || old.Reason != r.reason) {
-		c.recorder.Event(bar, corev1.EventTypeWarning, r.reason, r.message)
-	}
-	return nil
 }

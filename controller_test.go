@@ -18,11 +18,13 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
@@ -93,20 +95,30 @@ func TestRepairsDrift(t *testing.T) {
 	}
 }
 
+// TestLeavesForeignDeploymentAlone: a Deployment with no controller is
+// reported, never written to, whether it carries the managed-by label (and
+// so is in the full cache too) or not (only the metadata cache has it).
 func TestLeavesForeignDeploymentAlone(t *testing.T) {
-	_, ctx := ktesting.NewTestContext(t)
-	f := newFixture(t)
-	bar := newBar("test", "web", 1)
-	foreign := ownedDeployment(bar)
-	foreign.OwnerReferences = nil
-	f.bars = append(f.bars, bar)
-	f.deployments = append(f.deployments, foreign)
+	for _, labelled := range []bool{true, false} {
+		t.Run(fmt.Sprintf("labelled=%v", labelled), func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			f := newFixture(t)
+			bar := newBar("test", "web", 1)
+			foreign := ownedDeployment(bar)
+			foreign.OwnerReferences = nil
+			if !labelled {
+				foreign.Labels = map[string]string{"app": "web"}
+			}
+			f.bars = append(f.bars, bar)
+			f.deployments = append(f.deployments, foreign)
 
-	msg := "Deployment web already exists with no controller, so this Bar does not manage it; " +
-		"delete or rename that Deployment, or choose another spec.deploymentName"
-	f.actions = append(f.actions, applyStatusAction(bar, 0, metav1.ConditionFalse, barv1alpha1.ReasonDeploymentNotOwned, msg, fixedNow))
-	f.events = []string{"Warning DeploymentNotOwned " + msg}
-	f.run(ctx, keyOf(bar))
+			msg := "Deployment web already exists with no controller, so this Bar does not manage it; " +
+				"delete or rename that Deployment, or choose another spec.deploymentName"
+			f.actions = append(f.actions, applyStatusAction(bar, 0, metav1.ConditionFalse, barv1alpha1.ReasonDeploymentNotOwned, msg, fixedNow))
+			f.events = []string{"Warning DeploymentNotOwned " + msg}
+			f.run(ctx, keyOf(bar))
+		})
+	}
 }
 
 func TestForeignDeploymentIsNotHotLooped(t *testing.T) {
@@ -193,8 +205,10 @@ func TestSyncWaitsForCacheToSeeItsOwnWrites(t *testing.T) {
 	f.kubeclient.PrependReactor("patch", "deployments", stampResourceVersion(f.kubeclient.Tracker(), "30"))
 	f.client.PrependReactor("patch", "bars", stampResourceVersion(f.client.Tracker(), "31"))
 	// The caches have read up to versions older than those writes.
-	if err := c.deploymentsIndexer.Replace(nil, "15"); err != nil {
-		t.Fatal(err)
+	for _, indexer := range []cache.Indexer{f.kubeInformers.Apps().V1().Deployments().Informer().GetIndexer(), c.deploymentMetaIndexer} {
+		if err := indexer.Replace(nil, "15"); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := c.syncHandler(ctx, keyOf(bar)); err != nil {
 		t.Fatal(err)

@@ -32,9 +32,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	kubeinformers "k8s.io/client-go/informers"
 	k8sfake "k8s.io/client-go/kubernetes/fake"
+	metadatafake "k8s.io/client-go/metadata/fake"
+	"k8s.io/client-go/metadata/metadatainformer"
 	core "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 
 	barv1alpha1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1alpha1"
@@ -49,10 +51,12 @@ type fixture struct {
 
 	kubeclient *k8sfake.Clientset
 	client     *fake.Clientset
-	recorder   *record.FakeRecorder
+	recorder   *events.FakeRecorder
 
-	kubeInformers kubeinformers.SharedInformerFactory
-	barInformers  informers.SharedInformerFactory
+	kubeInformers  kubeinformers.SharedInformerFactory
+	metaInformers  metadatainformer.SharedInformerFactory
+	deploymentMeta kubeinformers.GenericInformer
+	barInformers   informers.SharedInformerFactory
 
 	// Objects in the informer caches (and in the fake API's tracker).
 	bars        []*barv1alpha1.Bar
@@ -70,25 +74,33 @@ func newFixture(t testing.TB) *fixture {
 
 func (f *fixture) newController(ctx context.Context) *Controller {
 	f.t.Helper()
-	var barObjs, kubeObjs []runtime.Object
+	var barObjs, kubeObjs, metaObjs []runtime.Object
 	for _, b := range f.bars {
 		barObjs = append(barObjs, b)
 	}
 	for _, d := range f.deployments {
 		kubeObjs = append(kubeObjs, d)
+		metaObjs = append(metaObjs, &metav1.PartialObjectMetadata{
+			TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"}, ObjectMeta: d.ObjectMeta})
 	}
 	f.client = fake.NewSimpleClientset(barObjs...)
 	f.kubeclient = k8sfake.NewClientset(kubeObjs...)
 
 	barInformers := informers.NewSharedInformerFactory(f.client, 0)
 	kubeInformers := kubeinformers.NewSharedInformerFactory(f.kubeclient, 0)
+	metaScheme := metadatafake.NewTestScheme()
+	if err := metav1.AddMetaToScheme(metaScheme); err != nil {
+		f.t.Fatal(err)
+	}
+	f.metaInformers = metadatainformer.NewSharedInformerFactory(metadatafake.NewSimpleMetadataClient(metaScheme, metaObjs...), 0)
+	f.deploymentMeta = f.metaInformers.ForResource(appsv1.SchemeGroupVersion.WithResource("deployments"))
 	f.barInformers, f.kubeInformers = barInformers, kubeInformers
 	c, err := NewController(ctx, f.kubeclient, f.client,
-		kubeInformers.Apps().V1().Deployments(), barInformers.Barcontroller().V1alpha1().Bars())
+		kubeInformers.Apps().V1().Deployments(), f.deploymentMeta, barInformers.Barcontroller().V1alpha1().Bars())
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	f.recorder = record.NewFakeRecorder(10)
+	f.recorder = events.NewFakeRecorder(10)
 	c.recorder = f.recorder
 	c.now = func() metav1.Time { return fixedNow }
 
@@ -97,12 +109,37 @@ func (f *fixture) newController(ctx context.Context) *Controller {
 			f.t.Fatal(err)
 		}
 	}
+	// As in main.go: the full cache holds the Deployments with the
+	// managed-by label, the metadata cache every Deployment, trimmed.
 	for _, d := range f.deployments {
-		if err := kubeInformers.Apps().V1().Deployments().Informer().GetIndexer().Add(d); err != nil {
+		if d.Labels[managedByLabel] == managedByValue {
+			if err := kubeInformers.Apps().V1().Deployments().Informer().GetIndexer().Add(d); err != nil {
+				f.t.Fatal(err)
+			}
+		}
+		m, err := trimDeploymentMetadata(&metav1.PartialObjectMetadata{ObjectMeta: d.ObjectMeta})
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		if err := f.deploymentMeta.Informer().GetIndexer().Add(m); err != nil {
 			f.t.Fatal(err)
 		}
 	}
 	return c
+}
+
+// startInformers runs the informers, for the tests that drive the whole
+// loop, instead of filling their caches.
+func (f *fixture) startInformers(ctx context.Context) {
+	f.kubeInformers.Start(ctx.Done())
+	f.metaInformers.Start(ctx.Done())
+	f.barInformers.Start(ctx.Done())
+}
+
+func (f *fixture) shutdownInformers() {
+	f.kubeInformers.Shutdown()
+	f.metaInformers.Shutdown()
+	f.barInformers.Shutdown()
 }
 
 // run syncs the Bar once and checks requests and events.

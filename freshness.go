@@ -45,7 +45,7 @@ type rvStore interface {
 // wrote to each cached resource. Entries live only until the caches catch
 // up, so it holds only Bars with writes in flight.
 type writeTracker struct {
-	stores map[string]rvStore // resource name -> the store it is read from
+	stores map[string][]rvStore // resource name -> the stores it is read from
 
 	mu     sync.Mutex
 	writes map[cache.ObjectName]*barWrites
@@ -56,7 +56,7 @@ type barWrites struct {
 	rvs map[string]string // resource name -> newest written resourceVersion
 }
 
-func newWriteTracker(stores map[string]rvStore) *writeTracker {
+func newWriteTracker(stores map[string][]rvStore) *writeTracker {
 	return &writeTracker{stores: stores, writes: map[cache.ObjectName]*barWrites{}}
 }
 
@@ -87,14 +87,16 @@ func (t *writeTracker) caughtUp(bar cache.ObjectName) error {
 		return nil
 	}
 	for resource, wrote := range w.rvs {
-		read := t.stores[resource].LastStoreSyncResourceVersion()
-		cmp, err := resourceversion.CompareResourceVersion(wrote, read)
-		if err != nil {
-			// Not comparable (an empty store, a fake): never block on it.
-			continue
-		}
-		if cmp > 0 {
-			return &staleCacheError{resource: resource, wrote: wrote, read: read}
+		for _, store := range t.stores[resource] {
+			read := store.LastStoreSyncResourceVersion()
+			cmp, err := resourceversion.CompareResourceVersion(wrote, read)
+			if err != nil {
+				// Not comparable (an empty store, a fake): never block on it.
+				continue
+			}
+			if cmp > 0 {
+				return &staleCacheError{resource: resource, wrote: wrote, read: read}
+			}
 		}
 	}
 	delete(t.writes, bar)

@@ -28,8 +28,9 @@ type fakeRVStore struct{ rv string }
 func (s *fakeRVStore) LastStoreSyncResourceVersion() string { return s.rv }
 
 func TestWriteTracker(t *testing.T) {
-	deployments, bars := &fakeRVStore{rv: "100"}, &fakeRVStore{rv: "100"}
-	tr := newWriteTracker(map[string]rvStore{"deployments": deployments, "bars": bars})
+	// Deployments are read from two caches (whole and metadata-only).
+	deployments, deploymentMeta, bars := &fakeRVStore{rv: "100"}, &fakeRVStore{rv: "100"}, &fakeRVStore{rv: "100"}
+	tr := newWriteTracker(map[string][]rvStore{"deployments": {deployments, deploymentMeta}, "bars": {bars}})
 	key := cache.ObjectName{Namespace: "default", Name: "test"}
 	var stale *staleCacheError
 
@@ -43,6 +44,10 @@ func TestWriteTracker(t *testing.T) {
 		t.Fatalf("caches at 100 after writes at 105/107: got %v, want a staleCacheError", err)
 	}
 	deployments.rv = "105"
+	if err := tr.caughtUp(key); !errors.As(err, &stale) || stale.resource != "deployments" {
+		t.Fatalf("one Deployment cache still behind: got %v, want deployments to be stale", err)
+	}
+	deploymentMeta.rv = "106"
 	if err := tr.caughtUp(key); !errors.As(err, &stale) || stale.resource != "bars" {
 		t.Fatalf("only the Deployment cache caught up: got %v, want bars to be stale", err)
 	}

@@ -19,7 +19,7 @@ package main
 import (
 	"fmt"
 
-	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -54,8 +54,8 @@ func indexBarByDeploymentName(obj interface{}) ([]string, error) {
 }
 
 func indexDeploymentByBarUID(obj interface{}) ([]string, error) {
-	d, ok := obj.(*appsv1.Deployment)
-	if !ok {
+	d, err := meta.Accessor(obj)
+	if err != nil {
 		return nil, nil
 	}
 	if ref := metav1.GetControllerOf(d); ref != nil && isBarRef(ref) {
@@ -73,33 +73,30 @@ func isBarRef(ref *metav1.OwnerReference) bool {
 	return err == nil && ref.Kind == "Bar" && gv.Group == barv1alpha1.SchemeGroupVersion.Group
 }
 
-// trimDeployment is the Deployment informer's transform: what the cache
-// keeps of each Deployment. A Deployment a Bar controls is kept whole, minus
-// managedFields (the controller compares fields itself, see deploymentDiff).
-// Of any other Deployment the controller only ever asks whether it exists,
-// who controls it and whether it changed (see handleDeployment and
-// notOwnedReadiness), so it keeps the name, owner references and
-// resourceVersion, and drops spec, status, labels and annotations: in a
-// cluster with thousands of Deployments that are none of its business,
-// they are most of the cache. Trimming, unlike a label-filtered watch, still
-// shows the controller a foreign Deployment that stands in a Bar's way.
-func trimDeployment(obj interface{}) (interface{}, error) {
-	d, ok := obj.(*appsv1.Deployment)
+// trimDeploymentMetadata is the transform of the metadata-only Deployment
+// informer, which sees every Deployment in the controller's scope: what its
+// cache keeps of each. The controller asks it only whether a name is taken,
+// by whom (notOwnedReadiness, deleteStaleDeployments) and whether that
+// changed (handleDeployment), so it keeps the identity, the controller
+// reference and the deletion mark, and drops labels, annotations and the
+// other owner references. In a cluster with thousands of Deployments that
+// are none of the controller's business, this is all it holds of them.
+func trimDeploymentMetadata(obj interface{}) (interface{}, error) {
+	m, ok := obj.(*metav1.PartialObjectMetadata)
 	if !ok {
 		return obj, nil
 	}
-	if ref := metav1.GetControllerOf(d); ref != nil && isBarRef(ref) {
-		d.ManagedFields = nil
-		return d, nil
+	t := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{
+		Name:              m.Name,
+		Namespace:         m.Namespace,
+		UID:               m.UID,
+		ResourceVersion:   m.ResourceVersion,
+		DeletionTimestamp: m.DeletionTimestamp,
+	}}
+	if ref := metav1.GetControllerOfNoCopy(m); ref != nil {
+		t.OwnerReferences = []metav1.OwnerReference{*ref}
 	}
-	return &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{
-		Name:              d.Name,
-		Namespace:         d.Namespace,
-		UID:               d.UID,
-		ResourceVersion:   d.ResourceVersion,
-		DeletionTimestamp: d.DeletionTimestamp,
-		OwnerReferences:   d.OwnerReferences,
-	}}, nil
+	return t, nil
 }
 
 // addBar and updateBar enqueue on every event, resyncs included: the sync is
@@ -124,38 +121,49 @@ func (c *Controller) updateBar(oldObj, newObj interface{}) {
 // Deleted Bars need no handler: the garbage collector removes their
 // Deployments through the ownerReference newDeployment sets.
 
+// The Deployment handlers serve both Deployment informers (main.go): the
+// metadata-only one, which sees every Deployment and so every name a Bar
+// may want, and the full one of the Deployments the controller manages,
+// whose spec and status changes the syncs compare against. The work queue
+// collapses the two events of one change into one sync.
+
 func (c *Controller) addDeployment(obj interface{}, isInInitialList bool) {
-	c.handleDeployment("addDeployment", obj.(*appsv1.Deployment), "", isInInitialList)
+	if d, err := meta.Accessor(obj); err == nil {
+		c.handleDeployment("addDeployment", d, "", isInInitialList)
+	}
 }
 
 func (c *Controller) updateDeployment(oldObj, newObj interface{}) {
-	oldD, newD := oldObj.(*appsv1.Deployment), newObj.(*appsv1.Deployment)
-	if oldD.ResourceVersion == newD.ResourceVersion {
+	oldD, err := meta.Accessor(oldObj)
+	if err != nil {
+		return
+	}
+	newD, err := meta.Accessor(newObj)
+	if err != nil {
+		return
+	}
+	if oldD.GetResourceVersion() == newD.GetResourceVersion() {
 		// A periodic resync, not a change; the Bars get their own resync.
 		return
 	}
 	// If the controller changed, the Bar that lost it must hear about it too.
-	if oldRef, newRef := metav1.GetControllerOf(oldD), metav1.GetControllerOf(newD); oldRef != nil &&
+	if oldRef, newRef := metav1.GetControllerOfNoCopy(oldD), metav1.GetControllerOfNoCopy(newD); oldRef != nil &&
 		(newRef == nil || oldRef.UID != newRef.UID) {
 		c.handleDeployment("updateDeployment", oldD, "", false)
 	}
-	c.handleDeployment("updateDeployment", newD, oldD.ResourceVersion, false)
+	c.handleDeployment("updateDeployment", newD, oldD.GetResourceVersion(), false)
 }
 
 func (c *Controller) deleteDeployment(obj interface{}) {
-	d, ok := obj.(*appsv1.Deployment)
-	if !ok {
+	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		// The watch missed the delete; the informer hands over the last
 		// state it knew inside a tombstone.
-		tombstone, ok := obj.(cache.DeletedFinalStateUnknown)
-		if !ok {
-			utilruntime.HandleErrorWithLogger(c.logger, nil, "Unexpected object in Deployment delete event", "type", fmt.Sprintf("%T", obj))
-			return
-		}
-		if d, ok = tombstone.Obj.(*appsv1.Deployment); !ok {
-			utilruntime.HandleErrorWithLogger(c.logger, nil, "Unexpected object in Deployment tombstone", "type", fmt.Sprintf("%T", tombstone.Obj))
-			return
-		}
+		obj = tombstone.Obj
+	}
+	d, err := meta.Accessor(obj)
+	if err != nil {
+		utilruntime.HandleErrorWithLogger(c.logger, err, "Unexpected object in Deployment delete event", "type", fmt.Sprintf("%T", obj))
+		return
 	}
 	c.handleDeployment("deleteDeployment", d, "", false)
 }
@@ -164,15 +172,15 @@ func (c *Controller) deleteDeployment(obj interface{}) {
 // controls it, and any Bar whose spec.deploymentName is its name (which may
 // be blocked by it, or free to create it now that it is gone). handler,
 // oldRV and initialList only describe the event to --trace.
-func (c *Controller) handleDeployment(handler string, d *appsv1.Deployment, oldRV string, initialList bool) {
-	if ref := metav1.GetControllerOf(d); ref != nil {
-		if bar := c.resolveControllerRef(d.Namespace, ref); bar != nil {
+func (c *Controller) handleDeployment(handler string, d metav1.Object, oldRV string, initialList bool) {
+	if ref := metav1.GetControllerOfNoCopy(d); ref != nil {
+		if bar := c.resolveControllerRef(d.GetNamespace(), ref); bar != nil {
 			key := cache.MetaObjectToName(bar)
 			c.trace.event(handler, d, oldRV, initialList, key, "controllerRef")
 			c.enqueue(key)
 		}
 	}
-	bars, err := c.barsIndexer.ByIndex(barsByDeploymentName, d.Namespace+"/"+d.Name)
+	bars, err := c.barsIndexer.ByIndex(barsByDeploymentName, d.GetNamespace()+"/"+d.GetName())
 	if err != nil {
 		utilruntime.HandleErrorWithLogger(c.logger, err, "Looking up Bars by Deployment name failed", "deployment", klog.KObj(d))
 		return

@@ -27,10 +27,14 @@ import (
 	"syscall"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	kubeinformers "k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/leaderelection"
@@ -148,12 +152,33 @@ func run(ctx context.Context, opts options) error {
 		return fmt.Errorf("building Bar client: %w", err)
 	}
 
+	metaClient, err := metadata.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("building metadata client: %w", err)
+	}
+
+	// Deployments are watched twice, so that the cache holds only what the
+	// controller reads. Whole: only the ones with the managed-by label
+	// newDeployment sets, to compare with what their Bars want. Metadata
+	// only (the API server sends nothing else): every Deployment, so that
+	// one that stands in a Bar's way is seen, and never written to, and its
+	// removal wakes that Bar. Unrelated Deployments then cost their name,
+	// UID and controller reference (trimDeploymentMetadata), not a decoded
+	// Deployment.
 	kubeInformerFactory := kubeinformers.NewSharedInformerFactoryWithOptions(kubeClient, opts.resyncPeriod,
-		kubeinformers.WithNamespace(opts.namespace), kubeinformers.WithTransform(trimDeployment))
+		kubeinformers.WithNamespace(opts.namespace), kubeinformers.WithTransform(dropManagedFields),
+		kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.LabelSelector = managedByLabel + "=" + managedByValue
+		}))
+	metaInformerFactory := metadatainformer.NewFilteredSharedInformerFactory(metaClient, 0, opts.namespace, nil)
+	deploymentMeta := metaInformerFactory.ForResource(appsv1.SchemeGroupVersion.WithResource("deployments"))
+	if err := deploymentMeta.Informer().SetTransform(trimDeploymentMetadata); err != nil {
+		return err
+	}
 	barInformerFactory := informers.NewSharedInformerFactoryWithOptions(barClient, opts.resyncPeriod,
 		informers.WithNamespace(opts.namespace), informers.WithTransform(dropManagedFields))
 	controller, err := NewController(ctx, kubeClient, barClient,
-		kubeInformerFactory.Apps().V1().Deployments(),
+		kubeInformerFactory.Apps().V1().Deployments(), deploymentMeta,
 		barInformerFactory.Barcontroller().V1alpha1().Bars())
 	if err != nil {
 		return err
@@ -187,8 +212,10 @@ func run(ctx context.Context, opts options) error {
 	// one would leave the process hanging instead of restarting.
 	informerCtx, stopInformers := context.WithCancel(ctx)
 	kubeInformerFactory.Start(informerCtx.Done())
+	metaInformerFactory.Start(informerCtx.Done())
 	barInformerFactory.Start(informerCtx.Done())
 	defer kubeInformerFactory.Shutdown()
+	defer metaInformerFactory.Shutdown()
 	defer barInformerFactory.Shutdown()
 	defer stopInformers() // runs first
 

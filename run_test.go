@@ -52,8 +52,7 @@ func TestRunFinishesSyncInProgressOnShutdown(t *testing.T) {
 
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	f.kubeInformers.Start(runCtx.Done())
-	f.barInformers.Start(runCtx.Done())
+	f.startInformers(runCtx)
 	done := make(chan error, 1)
 	go func() { done <- c.Run(runCtx, 2) }()
 
@@ -88,6 +87,5 @@ func TestRunFinishesSyncInProgressOnShutdown(t *testing.T) {
 	if !statusWritten {
 		t.Errorf("the interrupted sync did not write the Bar's status; requests: %v", f.client.Actions())
 	}
-	f.kubeInformers.Shutdown()
-	f.barInformers.Shutdown()
+	f.shutdownInformers()
 }

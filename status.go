@@ -66,14 +66,14 @@ func deploymentReadiness(bar *barv1alpha1.Bar, d *appsv1.Deployment) readiness {
 }
 
 // notOwnedReadiness explains why the controller leaves a Deployment alone.
-func notOwnedReadiness(d *appsv1.Deployment) readiness {
+func notOwnedReadiness(d metav1.Object) readiness {
 	owner := "no controller"
-	if ref := metav1.GetControllerOf(d); ref != nil {
+	if ref := metav1.GetControllerOfNoCopy(d); ref != nil {
 		owner = fmt.Sprintf("controller %s %s", ref.Kind, ref.Name)
 	}
 	return readiness{metav1.ConditionFalse, barv1alpha1.ReasonDeploymentNotOwned,
 		fmt.Sprintf("Deployment %s already exists with %s, so this Bar does not manage it; "+
-			"delete or rename that Deployment, or choose another spec.deploymentName", d.Name, owner)}
+			"delete or rename that Deployment, or choose another spec.deploymentName", d.GetName(), owner)}
 }
 
 // newStatus is the status a Bar should have. now stamps the Ready condition

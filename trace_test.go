@@ -103,15 +103,13 @@ func TestTraceStages(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	f.kubeInformers.Start(ctx.Done())
-	f.barInformers.Start(ctx.Done())
+	f.startInformers(ctx)
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx, 2) }()
 	defer func() {
 		cancel()
 		<-done
-		f.kubeInformers.Shutdown()
-		f.barInformers.Shutdown()
+		f.shutdownInformers()
 	}()
 
 	// The first sync creates the Deployment and writes the status; the

@@ -244,16 +244,8 @@ func waitOpsConverged(t *testing.T, env *opsEnv, ns, name string) {
 func waitEvent(t *testing.T, env *opsEnv, bar *barv1alpha1.Bar, reason string, count int32) {
 	t.Helper()
 	eventually(t, fmt.Sprintf("%d %s event(s)", count, reason), func(ctx context.Context) (bool, error) {
-		events, err := env.kube.CoreV1().Events(bar.Namespace).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, err
-		}
-		for _, e := range events.Items {
-			if e.Reason == reason && e.InvolvedObject.UID == bar.UID && e.Count >= count {
-				return true, nil
-			}
-		}
-		return false, nil
+		n, err := testcluster.EventCount(ctx, env.kube, bar.Namespace, "Bar", bar.Name, reason)
+		return n >= count, err
 	})
 }
 

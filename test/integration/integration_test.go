@@ -28,11 +28,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
+	"github.com/barcontroller/bar-controller/internal/testcluster"
 	barv1alpha1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1alpha1"
 )
 
@@ -405,18 +405,9 @@ func waitForEvents(t *testing.T, env *integrationEnv, ns, bar, reason string) in
 // repeats the event recorder folds into one object.
 func eventCount(t *testing.T, env *integrationEnv, ns, bar, reason string) int {
 	t.Helper()
-	events, err := env.kube.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{
-		FieldSelector: fields.AndSelectors(
-			fields.OneTermEqualSelector("involvedObject.kind", "Bar"),
-			fields.OneTermEqualSelector("involvedObject.name", bar),
-			fields.OneTermEqualSelector("reason", reason)).String(),
-	})
+	n, err := testcluster.EventCount(context.Background(), env.kube, ns, "Bar", bar, reason)
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := 0
-	for _, e := range events.Items {
-		n += int(max(e.Count, 1))
-	}
-	return n
+	return int(n)
 }

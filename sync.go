@@ -1,0 +1,235 @@
+/*
+Copyright The bar-controller Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	barv1alpha1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1alpha1"
+)
+
+// This file holds the sync step: syncHandler reads one Bar and its
+// Deployments from the caches, writes only what differs, and reports in
+// the Bar's status (updateStatus). controller.go hands it the keys.
+
+// syncHandler is the sync step. It reads the Bar and its Deployments from
+// the caches, writes only what differs, and reports in the Bar's status.
+func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) error {
+	logger := klog.LoggerWithValues(klog.FromContext(ctx), "bar", key)
+	ctx = klog.NewContext(ctx, logger)
+
+	bar, err := c.barsLister.Bars(key.Namespace).Get(key.Name)
+	if apierrors.IsNotFound(err) {
+		// The garbage collector deletes the Deployment through its
+		// ownerReference; nothing is left for us to do.
+		logger.V(4).Info("Bar no longer exists")
+		c.trace.decision(key, "Bar is gone: nothing to do, the garbage collector removes its Deployment", "")
+		c.writes.forget(key)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if bar.DeletionTimestamp != nil {
+		// Being deleted: do not recreate what the garbage collector removes.
+		c.trace.decision(key, "Bar is being deleted: nothing to do", "")
+		return nil
+	}
+	if err := c.writes.caughtUp(key); err != nil {
+		c.trace.decision(key, "cache older than our last write: wait and retry", err.Error())
+		return err
+	}
+
+	holder, deployment, err := c.deploymentFor(bar)
+	if err != nil {
+		return err
+	}
+	c.trace.read(key, bar, deployment)
+	if holder != nil && !metav1.IsControlledBy(holder, bar) {
+		// Someone else's Deployment: never touch it. No error either, so no
+		// retry loop: the Deployment handler enqueues this Bar again when
+		// that Deployment changes or goes away.
+		c.trace.decision(key, "Deployment is not controlled by this Bar: leave it alone", "")
+		return c.updateStatus(ctx, bar, 0, notOwnedReadiness(holder))
+	}
+
+	deployment, err = c.applyDeployment(ctx, bar, holder != nil, deployment)
+	if apierrors.IsInvalid(err) {
+		// Retrying the same request gets the same answer; a change to the
+		// Bar enqueues it again.
+		return c.updateStatus(ctx, bar, 0, readiness{metav1.ConditionFalse, barv1alpha1.ReasonApplyFailed,
+			fmt.Sprintf("the API server rejected Deployment %s: %v", bar.Spec.DeploymentName, err)})
+	}
+	if err != nil {
+		return err
+	}
+	// Only now that the wanted Deployment exists do the ones under an old
+	// name go: a rename never leaves the Bar with nothing running, and a
+	// rename to a name that is taken keeps the old Deployment serving.
+	if err := c.deleteStaleDeployments(ctx, bar); err != nil {
+		return err
+	}
+	return c.updateStatus(ctx, bar, deployment.Status.AvailableReplicas, deploymentReadiness(bar, deployment))
+}
+
+// deploymentFor reads the Deployment the Bar asks for from the caches:
+// holder is whatever holds that name (nil if nothing does), and have the
+// whole Deployment if it is one this controller manages (nil otherwise).
+// The metadata cache sees every Deployment; the full one only those with
+// the controller's managed-by label, so a Deployment of ours whose label
+// someone removed has a holder and no have.
+func (c *Controller) deploymentFor(bar *barv1alpha1.Bar) (holder metav1.Object, have *appsv1.Deployment, err error) {
+	have, err = c.deploymentsLister.Deployments(bar.Namespace).Get(bar.Spec.DeploymentName)
+	if apierrors.IsNotFound(err) {
+		have = nil
+	} else if err != nil {
+		return nil, nil, err
+	}
+	obj, exists, err := c.deploymentMetaIndexer.GetByKey(bar.Namespace + "/" + bar.Spec.DeploymentName)
+	if err != nil {
+		return nil, nil, err
+	}
+	switch {
+	case exists:
+		holder = obj.(metav1.Object)
+	case have != nil:
+		// The metadata cache has not seen it yet: the full one is enough.
+		holder = have
+	}
+	if have != nil && holder.GetUID() != have.UID {
+		// The full cache still shows a namesake that is gone.
+		have = nil
+	}
+	return holder, have, nil
+}
+
+// applyDeployment makes the Deployment match the Bar, writing only if the
+// cached one (have) differs, and returns the result. exists says whether
+// the Deployment exists (it then is this Bar's); have is nil when it does
+// not, or when it lost the label that puts it in the full cache.
+func (c *Controller) applyDeployment(ctx context.Context, bar *barv1alpha1.Bar, exists bool, have *appsv1.Deployment) (*appsv1.Deployment, error) {
+	key := cache.MetaObjectToName(bar)
+	want := newDeployment(bar)
+	var diff []string
+	switch {
+	case have != nil:
+		if diff = deploymentDiff(want, have); len(diff) == 0 {
+			c.trace.decision(key, "Deployment up to date: no write", "")
+			return have, nil
+		}
+		c.trace.decision(key, "Deployment differs: apply with force", strings.Join(diff, ", "))
+	case exists:
+		diff = []string{"metadata.labels"}
+		c.trace.decision(key, "Deployment lost its managed-by label: apply with force", "")
+	default:
+		c.trace.decision(key, "no Deployment in the cache: create it", "")
+	}
+	// Force takes fields back from whoever changed them, so it is used only
+	// on a Deployment the cache shows this Bar controls. When the cache
+	// shows none, an unforced apply turns a Deployment that someone created
+	// a moment ago into a conflict error instead of taking it over.
+	opts := metav1.ApplyOptions{FieldManager: fieldManager, Force: exists}
+	start := time.Now()
+	d, err := c.kubeclientset.AppsV1().Deployments(bar.Namespace).Apply(ctx, want, opts)
+	c.trace.apiCall(key, "apply deployments/"+bar.Spec.DeploymentName, start, d, err)
+	if err != nil {
+		return nil, fmt.Errorf("applying Deployment %s: %w", bar.Spec.DeploymentName, err)
+	}
+	c.writes.wrote(key, bar.UID, "deployments", d.ResourceVersion)
+	if !exists {
+		c.recorder.Eventf(bar, d, corev1.EventTypeNormal, EventDeploymentCreated, actionCreate, "Created Deployment %s", d.Name)
+	} else {
+		c.recorder.Eventf(bar, d, corev1.EventTypeNormal, EventDeploymentUpdated, actionUpdate, "Updated Deployment %s to match the Bar: %s",
+			d.Name, strings.Join(diff, ", "))
+	}
+	klog.FromContext(ctx).V(2).Info("Applied Deployment", "deployment", klog.KObj(d), "created", !exists)
+	return d, nil
+}
+
+// deleteStaleDeployments removes Deployments the Bar controls under a name
+// it no longer asks for (spec.deploymentName changed).
+func (c *Controller) deleteStaleDeployments(ctx context.Context, bar *barv1alpha1.Bar) error {
+	owned, err := c.deploymentMetaIndexer.ByIndex(deploymentsByBarUID, string(bar.UID))
+	if err != nil {
+		return err
+	}
+	for _, obj := range owned {
+		m := obj.(metav1.Object)
+		if m.GetName() == bar.Spec.DeploymentName || m.GetNamespace() != bar.Namespace || m.GetDeletionTimestamp() != nil {
+			continue
+		}
+		// What the event names as related; the metadata cache has no kind.
+		d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: m.GetName(), Namespace: m.GetNamespace(), UID: m.GetUID()}}
+		// The UID precondition makes sure we delete the object we looked
+		// at, not a namesake created since.
+		key := cache.MetaObjectToName(bar)
+		c.trace.decision(key, "old Deployment after a rename: delete it", d.Name)
+		start := time.Now()
+		err := c.kubeclientset.AppsV1().Deployments(d.Namespace).Delete(ctx, d.Name,
+			metav1.DeleteOptions{Preconditions: metav1.NewUIDPreconditions(string(d.UID))})
+		c.trace.apiCall(key, "delete deployments/"+d.Name, start, nil, err)
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("deleting old Deployment %s: %w", d.Name, err)
+		}
+		c.recorder.Eventf(bar, d, corev1.EventTypeNormal, EventDeploymentDeleted, actionDelete,
+			"Deleted Deployment %s: the Bar now names Deployment %s", d.Name, bar.Spec.DeploymentName)
+		klog.FromContext(ctx).V(2).Info("Deleted old Deployment", "deployment", klog.KObj(d))
+	}
+	return nil
+}
+
+// updateStatus is the status step: write the Bar's status through the status
+// subresource if, and only if, it would change.
+func (c *Controller) updateStatus(ctx context.Context, bar *barv1alpha1.Bar, available int32, r readiness) error {
+	key := cache.MetaObjectToName(bar)
+	want := newStatus(bar, available, r, c.now())
+	if !statusChanged(&bar.Status, &want) {
+		c.trace.decision(key, "status unchanged: no write", r.reason)
+		return nil
+	}
+	c.trace.decision(key, "status changed: write it", r.reason)
+	start := time.Now()
+	updated, err := c.barclientset.BarcontrollerV1alpha1().Bars(bar.Namespace).ApplyStatus(ctx,
+		statusApplyConfiguration(bar, &want), metav1.ApplyOptions{FieldManager: fieldManager, Force: true})
+	c.trace.apiCall(key, "apply bars/"+bar.Name+"/status", start, updated, err)
+	if err != nil {
+		return fmt.Errorf("updating status: %w", err)
+	}
+	c.writes.wrote(key, bar.UID, "bars", updated.ResourceVersion)
+
+	// Problems are announced once, when the Bar enters them.
+	if old := meta.FindStatusCondition(bar.Status.Conditions, barv1alpha1.ConditionReady); r.status == metav1.ConditionFalse &&
+		(r.reason == barv1alpha1.ReasonDeploymentNotOwned || r.reason == barv1alpha1.ReasonApplyFailed) &&
+		(old == nil || old.Reason != r.reason) {
+		c.recorder.Eventf(bar, nil, corev1.EventTypeWarning, r.reason, actionSync, "%s", r.message)
+	}
+	return nil
+}
