@@ -35,6 +35,16 @@ func (c *Cluster) component(name string) (int, *Process, error) {
 	return 0, nil, fmt.Errorf("no %s in this cluster", name)
 }
 
+// Pid returns the process id of a running control-plane component
+// ("etcd", "kube-apiserver"), for tools that measure it.
+func (c *Cluster) Pid(name string) (int, error) {
+	_, p, err := c.component(name)
+	if err != nil {
+		return 0, err
+	}
+	return p.Pid(), nil
+}
+
 // KillAndRestart kills a component with SIGKILL, leaves it down for down,
 // and starts it again with the same command line (its log continues in a
 // second file). For kube-apiserver it returns once /readyz answers.

@@ -63,6 +63,11 @@ type result struct {
 	// PeakRSS is the controller's VmHWM; CPU its user+system time.
 	PeakRSS int64
 	CPU     time.Duration
+	// FloorServerCPU and ControllerServerCPU are what kube-apiserver and
+	// etcd spent (user+system) over the floor and over the controller
+	// run: the work each asked of the API server, which timing noise
+	// does not change.
+	FloorServerCPU, ControllerServerCPU time.Duration
 }
 
 type scenario struct {
@@ -108,11 +113,20 @@ func (s scenario) run(ctx context.Context, n, unrelated int) (r result, err erro
 		return r, err
 	}
 
+	cpu0, err := serverCPU(c)
+	if err != nil {
+		return r, err
+	}
 	start := time.Now()
 	if err := runFloor(ctx, kube, bars, "floor", n, s.inflight); err != nil {
 		return r, fmt.Errorf("floor: %w", err)
 	}
 	r.Floor = time.Since(start)
+	cpu1, err := serverCPU(c)
+	if err != nil {
+		return r, err
+	}
+	r.FloorServerCPU = cpu1 - cpu0
 	if err := clean(ctx, kube, bars, "floor"); err != nil {
 		return r, err
 	}
@@ -137,6 +151,9 @@ func (s scenario) run(ctx context.Context, n, unrelated int) (r result, err erro
 	if err != nil {
 		return r, err
 	}
+	if cpu0, err = serverCPU(c); err != nil {
+		return r, err
+	}
 	start = time.Now()
 	if err := createBars(ctx, bars, "bench", n, s.inflight); err != nil {
 		return r, err
@@ -147,6 +164,10 @@ func (s scenario) run(ctx context.Context, n, unrelated int) (r result, err erro
 		return r, fmt.Errorf("waiting for %d Bars to converge (%d did): %w", n, watcher.converged(), err)
 	}
 	r.Controller = time.Since(start)
+	if cpu1, err = serverCPU(c); err != nil {
+		return r, err
+	}
+	r.ControllerServerCPU = cpu1 - cpu0
 	// Events are written asynchronously by the recorder: let them land.
 	time.Sleep(2 * time.Second)
 	after, err := scrapeRequests(c)
@@ -232,6 +253,23 @@ func (s scenario) startController(c *testcluster.Cluster, name string, extra ...
 		p.Stop(5 * time.Second)
 	}
 	return p, err
+}
+
+// serverCPU is the CPU time kube-apiserver and etcd have used so far.
+func serverCPU(c *testcluster.Cluster) (time.Duration, error) {
+	var total time.Duration
+	for _, name := range []string{"kube-apiserver", "etcd"} {
+		pid, err := c.Pid(name)
+		if err != nil {
+			return 0, err
+		}
+		_, cpu, err := usage(pid)
+		if err != nil {
+			return 0, err
+		}
+		total += cpu
+	}
+	return total, nil
 }
 
 // usage reads a live process's peak resident set (VmHWM) and CPU time.
