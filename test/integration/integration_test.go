@@ -197,6 +197,12 @@ func TestDriftIsRepairedAndOthersFieldsSurvive(t *testing.T) {
 	if d.Annotations["example.com/note"] != "added by hand" {
 		t.Errorf("an annotation the controller does not own was lost: %v", d.Annotations)
 	}
+	// Without its managed-by label the Deployment leaves the controller's
+	// label-selected cache; the metadata cache still knows it is the Bar's.
+	edit(func(d *appsv1.Deployment) { delete(d.Labels, "app.kubernetes.io/managed-by") })
+	waitForDeployment(t, env, ns, "drift", "managed-by label restored", func(d *appsv1.Deployment) bool {
+		return d.Labels["app.kubernetes.io/managed-by"] == "bar-controller"
+	})
 	waitForReady(t, env, ns, "drift", 2)
 }
 
