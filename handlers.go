@@ -73,32 +73,6 @@ func isBarRef(ref *metav1.OwnerReference) bool {
 	return err == nil && ref.Kind == "Bar" && gv.Group == barv1alpha1.SchemeGroupVersion.Group
 }
 
-// trimDeploymentMetadata is the transform of the metadata-only Deployment
-// informer, which sees every Deployment in the controller's scope: what its
-// cache keeps of each. The controller asks it only whether a name is taken,
-// by whom (notOwnedReadiness, deleteStaleDeployments) and whether that
-// changed (handleDeployment), so it keeps the identity, the controller
-// reference and the deletion mark, and drops labels, annotations and the
-// other owner references. In a cluster with thousands of Deployments that
-// are none of the controller's business, this is all it holds of them.
-func trimDeploymentMetadata(obj interface{}) (interface{}, error) {
-	m, ok := obj.(*metav1.PartialObjectMetadata)
-	if !ok {
-		return obj, nil
-	}
-	t := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{
-		Name:              m.Name,
-		Namespace:         m.Namespace,
-		UID:               m.UID,
-		ResourceVersion:   m.ResourceVersion,
-		DeletionTimestamp: m.DeletionTimestamp,
-	}}
-	if ref := metav1.GetControllerOfNoCopy(m); ref != nil {
-		t.OwnerReferences = []metav1.OwnerReference{*ref}
-	}
-	return t, nil
-}
-
 // addBar and updateBar enqueue on every event, resyncs included: the sync is
 // level-triggered and costs no API call when nothing changed, and a resync
 // is how the controller repairs anything a missed event left behind.

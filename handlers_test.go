@@ -17,7 +17,6 @@ limitations under the License.
 package main
 
 import (
-	"reflect"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -27,7 +26,6 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
-	barv1alpha1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1alpha1"
 )
 
 // TestDeploymentEventsFindTheirBar is the table test for the owner lookup:
@@ -130,46 +128,5 @@ func TestReleasedDeploymentNotifiesFormerOwner(t *testing.T) {
 	}
 	if key, _ := c.queue.Get(); key != keyOf(bar) {
 		t.Errorf("enqueued %v, want %v", key, keyOf(bar))
-	}
-}
-
-// TestTrimDeploymentMetadata: of every Deployment, the metadata cache keeps
-// what tells the controller who holds a name, and nothing else.
-func TestTrimDeploymentMetadata(t *testing.T) {
-	bar := newBar("owner", "web", 1)
-	barRef := *metav1.NewControllerRef(bar, barv1alpha1.SchemeGroupVersion.WithKind("Bar"))
-	plainRef := metav1.OwnerReference{APIVersion: "v1", Kind: "ConfigMap", Name: "cm", UID: "cm-uid"}
-	gone := metav1.Now()
-	tests := []struct {
-		name     string
-		refs     []metav1.OwnerReference
-		wantRefs []metav1.OwnerReference
-	}{
-		{"a Bar's", []metav1.OwnerReference{plainRef, barRef}, []metav1.OwnerReference{barRef}},
-		{"nobody's", nil, nil},
-		{"owned, with no controller", []metav1.OwnerReference{plainRef}, nil},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			in := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{
-				Name: "web", Namespace: bar.Namespace, UID: "d-uid", ResourceVersion: "42", Generation: 3,
-				DeletionTimestamp: &gone,
-				Labels:            map[string]string{"app": "web"}, Annotations: map[string]string{"note": "big"},
-				ManagedFields:   []metav1.ManagedFieldsEntry{{Manager: "kubectl"}},
-				OwnerReferences: tc.refs,
-			}}
-			obj, err := trimDeploymentMetadata(in)
-			if err != nil {
-				t.Fatal(err)
-			}
-			want := metav1.ObjectMeta{Name: "web", Namespace: bar.Namespace, UID: "d-uid", ResourceVersion: "42",
-				DeletionTimestamp: &gone, OwnerReferences: tc.wantRefs}
-			if got := obj.(*metav1.PartialObjectMetadata).ObjectMeta; !reflect.DeepEqual(got, want) {
-				t.Errorf("kept\n%+v\nwant\n%+v", got, want)
-			}
-		})
-	}
-	if obj, _ := trimDeploymentMetadata(cache.DeletedFinalStateUnknown{Key: "x"}); obj == nil {
-		t.Error("a tombstone was dropped")
 	}
 }

@@ -28,7 +28,6 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	kubeinformers "k8s.io/client-go/informers"
@@ -166,7 +165,7 @@ func run(ctx context.Context, opts options) error {
 	// UID and controller reference (trimDeploymentMetadata), not a decoded
 	// Deployment.
 	kubeInformerFactory := kubeinformers.NewSharedInformerFactoryWithOptions(kubeClient, opts.resyncPeriod,
-		kubeinformers.WithNamespace(opts.namespace), kubeinformers.WithTransform(dropManagedFields),
+		kubeinformers.WithNamespace(opts.namespace), kubeinformers.WithTransform(trimDeployment),
 		kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.LabelSelector = managedByLabel + "=" + managedByValue
 		}))
@@ -263,17 +262,6 @@ func restConfig(opts options) (*rest.Config, error) {
 	cfg.QPS = float32(opts.qps)
 	cfg.Burst = opts.burst
 	return rest.AddUserAgent(cfg, "bar-controller/"+version), nil
-}
-
-// dropManagedFields keeps managedFields out of the informer caches. The
-// controller never reads them (it compares fields itself, see
-// deploymentDiff), and on Deployments they are often a third of the
-// object's size.
-func dropManagedFields(obj interface{}) (interface{}, error) {
-	if m, err := meta.Accessor(obj); err == nil {
-		m.SetManagedFields(nil)
-	}
-	return obj, nil
 }
 
 // signalContext is cancelled on the first SIGINT or SIGTERM, which starts a

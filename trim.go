@@ -1,0 +1,107 @@
+/*
+Copyright The bar-controller Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package main
+
+import (
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// This file holds the informers' transforms: what the caches keep of each
+// object. A transform runs once per object, before the cache or any
+// handler sees it, and must be idempotent (WatchList applies it twice;
+// docs/informer-internals.md). Whatever the controller does not read is
+// memory it holds for every object it watches, for as long as it runs.
+
+// dropManagedFields keeps managedFields out of the informer caches. The
+// controller never reads them (it compares fields itself, see
+// deploymentDiff), and on Deployments they are often a third of the
+// object's size.
+func dropManagedFields(obj interface{}) (interface{}, error) {
+	if m, err := meta.Accessor(obj); err == nil {
+		m.SetManagedFields(nil)
+	}
+	return obj, nil
+}
+
+// trimDeployment is the transform of the informer of the Deployments this
+// controller manages (label-selected, see main.go): it keeps exactly what
+// deploymentDiff, deploymentReadiness and the handlers read, and drops the
+// rest: annotations (kubectl's last-applied configuration among them),
+// managedFields, the pod template's spec beyond its containers' names and
+// images, the strategy, and every field the API server defaulted. What
+// deploymentDiff compares must be kept here too; TestTrimDeployment checks
+// that diff and readiness do not change.
+func trimDeployment(obj interface{}) (interface{}, error) {
+	d, ok := obj.(*appsv1.Deployment)
+	if !ok {
+		return obj, nil
+	}
+	containers := make([]corev1.Container, len(d.Spec.Template.Spec.Containers))
+	for i, c := range d.Spec.Template.Spec.Containers {
+		containers[i] = corev1.Container{Name: c.Name, Image: c.Image}
+	}
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:              d.Name,
+			Namespace:         d.Namespace,
+			UID:               d.UID,
+			ResourceVersion:   d.ResourceVersion,
+			Generation:        d.Generation,
+			DeletionTimestamp: d.DeletionTimestamp,
+			Labels:            d.Labels,
+			OwnerReferences:   d.OwnerReferences,
+		},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: d.Spec.Replicas,
+			Selector: d.Spec.Selector,
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: d.Spec.Template.Labels},
+				Spec:       corev1.PodSpec{Containers: containers},
+			},
+		},
+		Status: d.Status,
+	}, nil
+}
+
+// trimDeploymentMetadata is the transform of the metadata-only Deployment
+// informer, which sees every Deployment in the controller's scope: what its
+// cache keeps of each. The controller asks it only whether a name is taken,
+// by whom (notOwnedReadiness, deleteStaleDeployments) and whether that
+// changed (handleDeployment), so it keeps the identity, the controller
+// reference and the deletion mark, and drops labels, annotations and the
+// other owner references. In a cluster with thousands of Deployments that
+// are none of the controller's business, this is all it holds of them.
+func trimDeploymentMetadata(obj interface{}) (interface{}, error) {
+	m, ok := obj.(*metav1.PartialObjectMetadata)
+	if !ok {
+		return obj, nil
+	}
+	t := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{
+		Name:              m.Name,
+		Namespace:         m.Namespace,
+		UID:               m.UID,
+		ResourceVersion:   m.ResourceVersion,
+		DeletionTimestamp: m.DeletionTimestamp,
+	}}
+	if ref := metav1.GetControllerOfNoCopy(m); ref != nil {
+		t.OwnerReferences = []metav1.OwnerReference{*ref}
+	}
+	return t, nil
+}
