@@ -57,7 +57,7 @@ BENCH_ARGS ?=
 .PHONY: bench
 bench: build ## Measure converge time against a floor, writes per Bar, idle writes, memory and CPU on a real API server; writes docs/benchmarks.md and its plot.
 	go build -o bin/bench ./test/bench
-	kube_bin_dir="$$($(KUBE_BIN_DIR_CMD) etcd kube-apiserver)" && bin/bench --bin-dir="$$kube_bin_dir" --controller=bin/bar-controller --n=$(N) $(BENCH_ARGS)
+	kube_bin_dir="$$(hack/install-k8s-binaries.sh etcd kube-apiserver | tail -n 1)" && bin/bench --bin-dir="$$kube_bin_dir" --controller=bin/bar-controller --n=$(N) $(BENCH_ARGS)
 
 .PHONY: faults
 faults: ## Kill kube-apiserver, freeze etcd, SIGKILL the controller while it converges thousands of Bars; print a pass/fail table with timings.
