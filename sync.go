@@ -162,9 +162,9 @@ func (c *Controller) applyDeployment(ctx context.Context, bar *barv1alpha1.Bar, 
 	}
 	c.writes.wrote(key, bar.UID, "deployments", d.ResourceVersion)
 	if !exists {
-		c.recorder.Eventf(bar, d, corev1.EventTypeNormal, EventDeploymentCreated, actionCreate, "Created Deployment %s", d.Name)
+		c.recorder.Eventf(bar, nil, corev1.EventTypeNormal, EventDeploymentCreated, actionCreate, "Created Deployment %s", d.Name)
 	} else {
-		c.recorder.Eventf(bar, d, corev1.EventTypeNormal, EventDeploymentUpdated, actionUpdate, "Updated Deployment %s to match the Bar: %s",
+		c.recorder.Eventf(bar, nil, corev1.EventTypeNormal, EventDeploymentUpdated, actionUpdate, "Updated Deployment %s to match the Bar: %s",
 			d.Name, strings.Join(diff, ", "))
 	}
 	klog.FromContext(ctx).V(2).Info("Applied Deployment", "deployment", klog.KObj(d), "created", !exists)
@@ -179,28 +179,26 @@ func (c *Controller) deleteStaleDeployments(ctx context.Context, bar *barv1alpha
 		return err
 	}
 	for _, obj := range owned {
-		m := obj.(metav1.Object)
-		if m.GetName() == bar.Spec.DeploymentName || m.GetNamespace() != bar.Namespace || m.GetDeletionTimestamp() != nil {
+		d := obj.(metav1.Object)
+		if d.GetName() == bar.Spec.DeploymentName || d.GetNamespace() != bar.Namespace || d.GetDeletionTimestamp() != nil {
 			continue
 		}
-		// What the event names as related; the metadata cache has no kind.
-		d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: m.GetName(), Namespace: m.GetNamespace(), UID: m.GetUID()}}
 		// The UID precondition makes sure we delete the object we looked
 		// at, not a namesake created since.
 		key := cache.MetaObjectToName(bar)
-		c.trace.decision(key, "old Deployment after a rename: delete it", d.Name)
+		c.trace.decision(key, "old Deployment after a rename: delete it", d.GetName())
 		start := time.Now()
-		err := c.kubeclientset.AppsV1().Deployments(d.Namespace).Delete(ctx, d.Name,
-			metav1.DeleteOptions{Preconditions: metav1.NewUIDPreconditions(string(d.UID))})
-		c.trace.apiCall(key, "delete deployments/"+d.Name, start, nil, err)
+		err := c.kubeclientset.AppsV1().Deployments(d.GetNamespace()).Delete(ctx, d.GetName(),
+			metav1.DeleteOptions{Preconditions: metav1.NewUIDPreconditions(string(d.GetUID()))})
+		c.trace.apiCall(key, "delete deployments/"+d.GetName(), start, nil, err)
 		if apierrors.IsNotFound(err) {
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("deleting old Deployment %s: %w", d.Name, err)
+			return fmt.Errorf("deleting old Deployment %s: %w", d.GetName(), err)
 		}
-		c.recorder.Eventf(bar, d, corev1.EventTypeNormal, EventDeploymentDeleted, actionDelete,
-			"Deleted Deployment %s: the Bar now names Deployment %s", d.Name, bar.Spec.DeploymentName)
+		c.recorder.Eventf(bar, nil, corev1.EventTypeNormal, EventDeploymentDeleted, actionDelete,
+			"Deleted Deployment %s: the Bar now names Deployment %s", d.GetName(), bar.Spec.DeploymentName)
 		klog.FromContext(ctx).V(2).Info("Deleted old Deployment", "deployment", klog.KObj(d))
 	}
 	return nil
