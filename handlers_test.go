@@ -25,7 +25,6 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
-
 )
 
 // TestDeploymentEventsFindTheirBar is the table test for the owner lookup:
