@@ -46,21 +46,15 @@ func TestLeaderKilledDuringConvergence(t *testing.T) {
 	slow(t)
 	e := newEnv(t, 1000)
 	flags := []string{"--leader-elect", "--leader-elect-lease-namespace=" + e.ns, insecureMetrics}
-	byIdentity := map[string]*controller{}
-	for _, name := range []string{"replica-a", "replica-b"} {
-		c := e.startController(t, name, flags...)
-		byIdentity[identityOf(t, c)] = c
-	}
-	first := holder(e.waitLease(t, func(l *coordinationv1.Lease) bool { return byIdentity[holder(l)] != nil }))
-	leader := byIdentity[first]
-	var standby *controller
-	var standbyID string
-	for id, c := range byIdentity {
-		if id != first {
-			standby, standbyID = c, id
-		}
-	}
-	t.Logf("%s leads, %s stands by", leader.Name, standby.Name)
+	// The second replica starts once the first holds the Lease: had both
+	// raced to create it, the loser's POST would count as a standby write.
+	leader := e.startController(t, "replica-a", flags...)
+	first := identityOf(t, leader)
+	e.waitLease(t, func(l *coordinationv1.Lease) bool { return holder(l) == first })
+	standby := e.startController(t, "replica-b", flags...)
+	standbyID := identityOf(t, standby)
+	// A standby is ready too (warm caches), so it can take over at once.
+	standby.waitReady(t, time.Now())
 
 	start := time.Now()
 	done := make(chan struct{})
