@@ -85,10 +85,12 @@ func TestCompetingWriter(t *testing.T) {
 		edits, half, first, second, total, total/float64(edits), restored, took)
 
 	// Per edit the controller applies the Deployment once and records one
-	// Event (2 writes; measured: 2.00); the status does not change, as no
-	// kube-controller-manager updates the Deployment's status here. A hot
-	// loop has no such bound; 3 per edit leaves room for the odd retry.
-	if limit := 3 * float64(edits); total > limit {
+	// Event: 2 writes (2.00 in each of 4 runs); the status does not change,
+	// as no kube-controller-manager updates the Deployment's status here. A
+	// controller that applied on every sync, changed or not, made 3.05
+	// (each of its own writes comes back as an event and a sync); a hot
+	// loop has no bound at all.
+	if limit := 2.5 * float64(edits); total > limit {
 		t.Errorf("the controller wrote %v times for %d edits, want at most %v: it fights the writer", total, edits, limit)
 	}
 	// A hot loop grows: the second half must not cost much more than the
