@@ -72,7 +72,12 @@ func TestPriorityAndFairnessRejects(t *testing.T) {
 		v, _ := m.Value("apiserver_flowcontrol_rejected_requests_total", map[string]string{"priority_level": starvedLevel})
 		return v
 	}
-	before := rejected(apiMetrics())
+	m0 := apiMetrics()
+	before := rejected(m0)
+	seats, _ := m0.Value("apiserver_flowcontrol_nominal_limit_seats", map[string]string{"priority_level": starvedLevel})
+	if seats != 1 {
+		t.Fatalf("priority level %s has %v seats, want 1", starvedLevel, seats)
+	}
 
 	c := e.startController(t, "controller", "--kubeconfig="+kubeconfig, insecureMetrics)
 	start := time.Now()
