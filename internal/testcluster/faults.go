@@ -49,15 +49,35 @@ func (c *Cluster) Pid(name string) (int, error) {
 // and starts it again with the same command line (its log continues in a
 // second file). For kube-apiserver it returns once /readyz answers.
 func (c *Cluster) KillAndRestart(ctx context.Context, name string, down time.Duration) error {
+	if err := c.Kill(name); err != nil {
+		return err
+	}
+	time.Sleep(down)
+	return c.Restart(ctx, name)
+}
+
+// Kill SIGKILLs a component and returns once it is gone. Restart brings it
+// back; in between, a test can start something that must cope without it.
+func (c *Cluster) Kill(name string) error {
+	_, p, err := c.component(name)
+	if err != nil {
+		return err
+	}
+	if err := p.Signal(syscall.SIGKILL); err != nil {
+		return err
+	}
+	<-p.Exited()
+	return nil
+}
+
+// Restart starts a component that Kill stopped, with the same command line
+// (its log continues in a second file). For kube-apiserver it returns once
+// /readyz answers.
+func (c *Cluster) Restart(ctx context.Context, name string) error {
 	i, old, err := c.component(name)
 	if err != nil {
 		return err
 	}
-	if err := old.Signal(syscall.SIGKILL); err != nil {
-		return err
-	}
-	<-old.Exited()
-	time.Sleep(down)
 	p, err := StartProcess(name, old.cmd.Path, old.LogPath+".restarted", nil, old.cmd.Args[1:]...)
 	if err != nil {
 		return err

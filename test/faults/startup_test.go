@@ -1,0 +1,135 @@
+/*
+Copyright The bar-controller Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package faults
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/barcontroller/bar-controller/internal/testcluster"
+)
+
+// A controller that starts into a broken world must not crash-loop or
+// pretend: it says what is missing, stays unready, and carries on by
+// itself once the world is whole. Its informers retry with client-go's
+// backoff (0.8 s doubling to a 30-60 s ceiling), so the fault is kept
+// short enough that the retry after it comes within seconds.
+
+// recoveryTimeout covers the longest backoff step a short fault can reach
+// (at most 25.6 s by the sixth retry) with room to spare.
+const recoveryTimeout = 90 * time.Second
+
+// The CRD arrives after the controller, as when one kubectl apply creates
+// both and the Deployment wins the race.
+func TestControllerStartsBeforeCRD(t *testing.T) {
+	e := newEnvWith(t, 100, testcluster.Options{})
+	c := e.startController(t, "controller")
+	// client-go's reflector names the resource it cannot list, so whoever
+	// reads the log learns which CRD is missing.
+	line := waitLog(t, c.Process, 30*time.Second, "bars.barcontroller.dev", "could not find the requested resource")
+	t.Logf("the controller says: %s", line)
+	c.expectUnready(t, 3*time.Second)
+
+	crdAt := time.Now()
+	e.installCRDs(t)
+	ready := c.waitReady(t, crdAt)
+	e.createBars(t)
+	took := e.waitConverged(t, crdAt)
+	c.expectAlive(t)
+	record(t, "controller started before the CRD: /readyz 200 after the CRD is created", ready)
+	record(t, "controller started before the CRD, 100 Bars: from the CRD's creation", took)
+	t.Logf("ready %v after the CRD was created; converged after %v", ready, took)
+}
+
+// kube-apiserver is down when the controller starts (a control-plane
+// upgrade, a node reboot), and the Bars are already there.
+func TestControllerStartsWhileAPIServerDown(t *testing.T) {
+	e := newEnv(t, 100)
+	e.createBars(t)
+	if err := e.cluster.Kill("kube-apiserver"); err != nil {
+		t.Fatal(err)
+	}
+	c := e.startController(t, "controller")
+	c.expectUnready(t, 5*time.Second)
+
+	if err := e.cluster.Restart(t.Context(), "kube-apiserver"); err != nil {
+		t.Fatal(err)
+	}
+	upAt := time.Now()
+	ready := c.waitReady(t, upAt)
+	took := e.waitConverged(t, upAt)
+	c.expectAlive(t)
+	record(t, "controller started with kube-apiserver down: /readyz 200 after it is back", ready)
+	record(t, "controller started with kube-apiserver down, 100 Bars: from its return", took)
+	t.Logf("ready %v after kube-apiserver was; converged after %v", ready, took)
+
+	t.Run("the log says why", func(t *testing.T) {
+		t.Skip("KNOWN BUG in the controller: while the API server is unreachable it logs nothing at the default verbosity " +
+			"but \"Waiting for caches to sync\" (client-go v0.37's watch-list reflector reports connection errors only at -v=4, " +
+			"\"watch-list failed - backing off\"); remove this skip once the controller says so itself")
+		// The line must name the address it cannot reach, not just fail.
+		host := strings.TrimPrefix(e.cluster.Server, "https://")
+		if line := logLine(c.Process, host, "connection refused"); line == "" {
+			t.Errorf("no line in the log names %s and the refused connection:%s", host, c.LogTail(20))
+		}
+	})
+}
+
+// expectUnready checks that /readyz answers 503 every time for d, once it
+// answers at all: the kubelet must keep an unsynced controller out.
+func (c *controller) expectUnready(t *testing.T, d time.Duration) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		return c.readyz(ctx) != 0, nil
+	})
+	if err != nil {
+		t.Fatalf("/readyz of %s never answered:%s", c.Name, c.LogTail(20))
+	}
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
+		if code := c.readyz(t.Context()); code != http.StatusServiceUnavailable {
+			t.Fatalf("/readyz answered %d while the controller cannot list Bars, want 503", code)
+		}
+	}
+}
+
+// waitReady waits for /readyz to answer 200 and returns the time since.
+func (c *controller) waitReady(t *testing.T, since time.Time) time.Duration {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, recoveryTimeout, true, func(ctx context.Context) (bool, error) {
+		return c.readyz(ctx) == http.StatusOK, nil
+	})
+	if err != nil {
+		t.Fatalf("%s not ready %v after the fault ended:%s", c.Name, recoveryTimeout, c.LogTail(30))
+	}
+	return time.Since(since)
+}
+
+// expectAlive fails if the process exited: recovering "by itself" means
+// without a restart.
+func (c *controller) expectAlive(t *testing.T) {
+	t.Helper()
+	select {
+	case <-c.Exited():
+		t.Fatalf("%s exited (%v); it should have waited for the API:%s", c.Name, c.State(), c.LogTail(30))
+	default:
+	}
+}
