@@ -23,8 +23,10 @@ import (
 	"sync"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	kubeinformers "k8s.io/client-go/informers"
 	appsinformers "k8s.io/client-go/informers/apps/v1"
 	"k8s.io/client-go/kubernetes"
@@ -52,6 +54,8 @@ const (
 	// Run's context, so that a shutdown lets in-flight syncs finish instead
 	// of cutting their API calls in half; this bounds how long that takes.
 	syncTimeout = 30 * time.Second
+	// cacheWaitReport is how often waitForCaches says what it waits for.
+	cacheWaitReport = 5 * time.Second
 )
 
 // Event reasons. Events are written only when something changes.
@@ -215,7 +219,7 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 
 	logger.Info("Starting Bar controller", "workers", workers)
 	logger.Info("Waiting for informer caches to sync")
-	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.barsSynced, c.deploymentsSynced, c.deploymentMetaSynced) {
+	if !c.waitForCaches(ctx) {
 		// Only a cancelled ctx ends the wait: a shutdown, not a failure.
 		c.queue.ShutDown()
 		logger.Info("Shut down before the caches synced")
@@ -233,6 +237,51 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	wg.Wait()
 	logger.Info("Shut down workers")
 	return nil
+}
+
+// waitForCaches waits for the informers' first lists and reports true once
+// all are in, false if ctx ends first. While it waits it says every
+// cacheWaitReport which caches are missing and why. client-go does not: its
+// WatchList reflector retries a refused connection and logs it only at -v=2
+// (the isErrorRetriableWithSideEffectsFn of Reflector.watchList,
+// tools/cache/reflector.go), so the controller asks the API server itself,
+// with one discovery request, whether it answers and serves Bars.
+func (c *Controller) waitForCaches(ctx context.Context) bool {
+	logger := klog.FromContext(ctx)
+	caches := []struct {
+		name   string
+		synced cache.InformerSynced
+	}{{"bars", c.barsSynced}, {"deployments", c.deploymentsSynced}, {"deployment metadata", c.deploymentMetaSynced}}
+	nextReport := time.Now().Add(cacheWaitReport)
+	err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(context.Context) (bool, error) {
+		var missing []string
+		for _, cache := range caches {
+			if !cache.synced() {
+				missing = append(missing, cache.name)
+			}
+		}
+		if len(missing) == 0 {
+			return true, nil
+		}
+		if time.Now().After(nextReport) {
+			nextReport = time.Now().Add(cacheWaitReport)
+			gv := barv1alpha1.SchemeGroupVersion.String()
+			_, err := c.kubeclientset.Discovery().ServerResourcesForGroupVersion(gv)
+			switch {
+			case apierrors.IsNotFound(err):
+				logger.Info("Caches not synced: the API server does not serve "+gv+"; is the Bar CRD installed? (kubectl apply -f artifacts/crd)", "waitingFor", missing)
+			case err != nil:
+				logger.Info("Caches not synced: cannot reach the API server", "waitingFor", missing, "err", err)
+			default:
+				logger.Info("Caches not synced yet", "waitingFor", missing)
+			}
+		}
+		return false, nil
+	})
+	if err == nil {
+		logger.Info("Caches are synced")
+	}
+	return err == nil
 }
 
 func (c *Controller) runWorker(ctx context.Context) {
