@@ -20,6 +20,7 @@ import (
 	"context"
 	"net/http"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -128,5 +129,36 @@ func (c *controller) expectAlive(t *testing.T) {
 	case <-c.Exited():
 		t.Fatalf("%s exited (%v); it should have waited for the API:%s", c.Name, c.State(), c.LogTail(30))
 	default:
+	}
+}
+
+// SIGTERM while kube-apiserver is down: the informers are asleep in their
+// backoff, and the controller must still exit 0 well within the kubelet's
+// grace period (30 s by default) instead of waiting them out.
+func TestSIGTERMWhileAPIServerDown(t *testing.T) {
+	e := newEnv(t, 0)
+	if err := e.cluster.Kill("kube-apiserver"); err != nil {
+		t.Fatal(err)
+	}
+	c := e.startController(t, "controller")
+	waitLog(t, c.Process, 30*time.Second, strings.TrimPrefix(e.cluster.Server, "https://"), "connection refused")
+	// Long enough for the reflectors' backoff to pass the shutdown bound.
+	time.Sleep(10 * time.Second)
+	stopAt := time.Now()
+	if err := c.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-c.Exited():
+	case <-time.After(20 * time.Second):
+		t.Fatalf("still running 20 s after SIGTERM:%s", c.LogTail(20))
+	}
+	took := c.ExitedAt().Sub(stopAt)
+	record(t, "controller SIGTERMed while kube-apiserver is down: exit 0", took)
+	if code := c.State().ExitCode(); code != 0 {
+		t.Errorf("exit code %d after SIGTERM, want 0:%s", code, c.LogTail(20))
+	}
+	if took > 7*time.Second {
+		t.Errorf("exit %v after SIGTERM, want within 7 s:%s", took, c.LogTail(20))
 	}
 }
