@@ -43,17 +43,17 @@ func TestWriteTracker(t *testing.T) {
 	if err := tr.caughtUp(key); !errors.As(err, &stale) {
 		t.Fatalf("caches at 100 after writes at 105/107: got %v, want a staleCacheError", err)
 	}
-	deployments.rv = "105"
+	deployments.rv, deploymentMeta.rv = "105", "106"
+	if err := tr.caughtUp(key); !errors.As(err, &stale) || stale.resource != "bars" {
+		t.Fatalf("only the Deployment caches caught up: got %v, want bars to be stale", err)
+	}
+	bars.rv, deploymentMeta.rv = "1000", "100" // longer numbers are larger, not lexically smaller
 	if err := tr.caughtUp(key); !errors.As(err, &stale) || stale.resource != "deployments" {
 		t.Fatalf("one Deployment cache still behind: got %v, want deployments to be stale", err)
 	}
 	deploymentMeta.rv = "106"
-	if err := tr.caughtUp(key); !errors.As(err, &stale) || stale.resource != "bars" {
-		t.Fatalf("only the Deployment cache caught up: got %v, want bars to be stale", err)
-	}
-	bars.rv = "1000" // longer numbers are larger, not lexically smaller
 	if err := tr.caughtUp(key); err != nil {
-		t.Fatalf("both caches caught up: %v", err)
+		t.Fatalf("all caches caught up: %v", err)
 	}
 	if len(tr.writes) != 0 {
 		t.Errorf("caught-up Bars must be forgotten, still tracking %v", tr.writes)
