@@ -133,8 +133,10 @@ func NewController(
 	// few thousand Bars overflows. tools/events writes each event on its own
 	// goroutine (eventBroadcasterImpl.recordToSink in
 	// tools/events/event_broadcaster.go), so the event, the third write per
-	// Bar, keeps pace with the workers.
-	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: kubeclientset.EventsV1()})
+	// Bar, keeps pace with the workers. Not without bound, though: under
+	// API Priority and Fairness pushing back, hundreds of event writes in
+	// flight would take the seats the workers' writes need (limitedSink).
+	broadcaster := events.NewBroadcaster(newLimitedSink(&events.EventSinkImpl{Interface: kubeclientset.EventsV1()}, eventWriters))
 	if _, err := broadcaster.StartLogging(logger); err != nil {
 		return nil, fmt.Errorf("logging events: %w", err)
 	}

@@ -77,12 +77,14 @@ func (o *options) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.namespace, "namespace", "", "Only watch Bars and Deployments in this namespace (RBAC can then be a Role). Empty: all namespaces.")
 	// A worker spends nearly all of a sync waiting on the API server (an
 	// apply, then a status write), so the number of workers is the number
-	// of writes in flight. make bench at 2,000 Bars on 2 cores: 4 workers
-	// left the API server idle half the time (2.2x the floor), 16 kept it
-	// busy (1.75x), 32 did no better. Under heavy API Priority and Fairness
-	// rejection fewer workers wait out fewer Retry-After delays
-	// (docs/measurements.md).
-	fs.IntVar(&o.workers, "workers", 16, "Number of Bars synced in parallel.")
+	// of writes in flight. More converge a cold start faster on a healthy
+	// API server (make bench, 2,000 Bars on 2 cores: 2.2x the floor with 4,
+	// 1.75x with 16, 32 no better) but slower where API Priority and
+	// Fairness rejects the controller: each rejected write waits out its
+	// Retry-After, and 16 workers took 88 s and 15 timed-out syncs where 4
+	// took 25 s and none (test/faults, a one-seat priority level). The
+	// default is the safe one; docs/measurements.md has the numbers.
+	fs.IntVar(&o.workers, "workers", 4, "Number of Bars synced in parallel.")
 	// No client-side limit by default: API Priority and Fairness (GA since
 	// Kubernetes 1.29) queues and sheds load on the server, fairly between
 	// clients, which a client-side token bucket cannot see; SIG API
