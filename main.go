@@ -64,6 +64,7 @@ type options struct {
 	metricsAddress string
 	metricsSecure  bool
 	metricsCertDir string
+	profiling      bool
 	healthAddress  string
 	loggingFormat  string
 	trace          string
@@ -99,6 +100,7 @@ func (o *options) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.metricsAddress, "metrics-bind-address", ":8443", "Address of the Prometheus /metrics endpoint; 0 disables it.")
 	fs.BoolVar(&o.metricsSecure, "metrics-secure", true, "Serve /metrics over HTTPS, only to callers whose bearer token the API server accepts (TokenReview) and who may get the non-resource URL /metrics (SubjectAccessReview). false: plain HTTP to anyone, for local runs.")
 	fs.StringVar(&o.metricsCertDir, "metrics-cert-dir", "", "Directory with tls.crt and tls.key for the metrics endpoint (a mounted kubernetes.io/tls Secret; renewed files are picked up). Empty: a self-signed certificate made at start.")
+	fs.BoolVar(&o.profiling, "profiling", false, "Serve Go's runtime profiles (heap, goroutine, CPU, ...) under /debug/pprof/ on the metrics endpoint, behind the same authentication and authorization as /metrics.")
 	fs.StringVar(&o.healthAddress, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz probes; 0 disables them.")
 	fs.StringVar(&o.loggingFormat, "logging-format", "text", "Log format: text (klog) or json (one object per line).")
 	fs.StringVar(&o.trace, "trace", "", "Log every step (event, enqueue, dequeue, sync decisions, API calls, status) for the Bars whose namespace/name matches this pattern, e.g. default/example or 'default/*'. Empty: off.")
@@ -202,7 +204,7 @@ func run(ctx context.Context, opts options) error {
 		// past its lease: it is stuck, and a restart lets a standby lead.
 		watchdog = leaderelection.NewLeaderHealthzAdaptor(20 * time.Second)
 	}
-	stopMetrics, err := serveMetrics(ctx, opts, kubeClient, metrics.Handler(registry))
+	stopMetrics, err := serveMetrics(ctx, opts, kubeClient, metrics.Handler(registry, opts.profiling))
 	if err != nil {
 		return err
 	}

@@ -19,10 +19,12 @@ package metrics
 import (
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/pprof/profile"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -31,7 +33,7 @@ func TestMetricsHandlerServesSyncMetrics(t *testing.T) {
 	reg.MustRegister(syncsTotal, syncDuration)
 	RecordSync(SyncSuccess, 3*time.Millisecond)
 	rec := httptest.NewRecorder()
-	Handler(reg).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	Handler(reg, false).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
 	body := rec.Body.String()
 	for _, want := range []string{
 		`bar_controller_syncs_total{result="success"}`,
@@ -39,6 +41,43 @@ func TestMetricsHandlerServesSyncMetrics(t *testing.T) {
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %s:\n%s", want, body)
+		}
+	}
+}
+
+// The profiles are there only when asked for, and what /debug/pprof/heap
+// serves is a heap profile pprof can read, not just a 200.
+func TestHandlerProfiling(t *testing.T) {
+	for _, profiling := range []bool{false, true} {
+		h := Handler(prometheus.NewRegistry(), profiling)
+		get := func(path string) *httptest.ResponseRecorder {
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+			return rec
+		}
+		if rec := get("/metrics"); rec.Code != http.StatusOK {
+			t.Errorf("profiling=%v: /metrics %d", profiling, rec.Code)
+		}
+		rec := get("/debug/pprof/heap")
+		if !profiling {
+			if rec.Code != http.StatusNotFound {
+				t.Errorf("profiling off: /debug/pprof/heap %d, want 404", rec.Code)
+			}
+			continue
+		}
+		if rec.Code != http.StatusOK {
+			t.Fatalf("profiling on: /debug/pprof/heap %d: %s", rec.Code, rec.Body)
+		}
+		p, err := profile.Parse(rec.Body)
+		if err != nil {
+			t.Fatalf("profiling on: /debug/pprof/heap is no profile: %v", err)
+		}
+		var types []string
+		for _, st := range p.SampleType {
+			types = append(types, st.Type)
+		}
+		if !slices.Contains(types, "inuse_space") {
+			t.Errorf("profiling on: /debug/pprof/heap sample types %v, want inuse_space among them", types)
 		}
 	}
 }

@@ -86,9 +86,9 @@ func main() {
 			fmt.Fprintf(os.Stderr, "bench: %d Bars: %v\n", p[0], err)
 			os.Exit(1)
 		}
-		fmt.Fprintf(os.Stderr, "bench:   floor %v, controller %v (%.2fx), %.2f writes per Bar, idle writes %v, peak RSS %.1f MB\n",
+		fmt.Fprintf(os.Stderr, "bench:   floor %v, controller %v (%.2fx), %.2f writes per Bar, idle writes %v, peak RSS %.1f MB, live heap %.1f MB\n",
 			r.Floor.Round(time.Millisecond), r.Controller.Round(time.Millisecond), ratio(r),
-			r.DeploymentWrites+r.StatusWrites+r.EventWrites+r.OtherWrites, r.IdleWrites, mb(r.PeakRSS))
+			r.DeploymentWrites+r.StatusWrites+r.EventWrites+r.OtherWrites, r.IdleWrites, mb(r.PeakRSS), mb(r.Heap.Live))
 		results = append(results, r)
 	}
 	table := markdownTable(results)

@@ -64,6 +64,8 @@ type result struct {
 	// PeakRSS is the controller's VmHWM; CPU its user+system time.
 	PeakRSS int64
 	CPU     time.Duration
+	// Heap is the controller's live heap once converged (heap.go).
+	Heap heapSummary
 	// FloorServerCPU and ControllerServerCPU are what kube-apiserver and
 	// etcd spent (user+system) over the floor and over the controller
 	// run: the work each asked of the API server, which timing noise
@@ -138,7 +140,7 @@ func (s scenario) run(ctx context.Context, n, unrelated int) (r result, err erro
 	if err != nil {
 		return r, err
 	}
-	ctl, err := s.startController(c, "controller")
+	ctl, metricsAddr, err := s.startController(c, "controller", "--profiling")
 	if err != nil {
 		return r, err
 	}
@@ -186,6 +188,10 @@ func (s scenario) run(ctx context.Context, n, unrelated int) (r result, err erro
 	if r.PeakRSS, r.CPU, err = usage(ctl.Pid()); err != nil {
 		return r, err
 	}
+	// After the peak is read: the profile's collection cannot lower it.
+	if r.Heap, err = liveHeap(ctx, metricsAddr, c.Config.BearerToken, 6); err != nil {
+		return r, err
+	}
 	// The API server counts a WATCH when it ends: stop the bench's own
 	// watcher (one watch of Bars, one of Deployments) and the controller
 	// first, then count.
@@ -207,7 +213,7 @@ func (s scenario) run(ctx context.Context, n, unrelated int) (r result, err erro
 	if err != nil {
 		return r, err
 	}
-	idle, err := s.startController(c, "idle", "--resync-period="+s.idleResync.String())
+	idle, _, err := s.startController(c, "idle", "--resync-period="+s.idleResync.String())
 	if err != nil {
 		return r, err
 	}
@@ -228,16 +234,17 @@ func (s scenario) run(ctx context.Context, n, unrelated int) (r result, err erro
 	return r, nil
 }
 
-// startController starts bar-controller against c and waits for /readyz.
-func (s scenario) startController(c *testcluster.Cluster, name string, extra ...string) (*testcluster.Process, error) {
+// startController starts bar-controller against c, waits for /readyz and
+// returns the address of its metrics endpoint.
+func (s scenario) startController(c *testcluster.Cluster, name string, extra ...string) (*testcluster.Process, string, error) {
 	addrs, err := testcluster.FreeAddrs(2)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	args := append([]string{"--kubeconfig=" + c.Kubeconfig, "--metrics-bind-address=" + addrs[0], "--health-probe-bind-address=" + addrs[1]}, extra...)
 	p, err := testcluster.StartProcess(name, s.controller, filepath.Join(s.logDir, name+".log"), nil, args...)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	err = p.WaitReady(context.Background(), time.Minute, func(ctx context.Context) error {
 		resp, err := http.Get("http://" + addrs[1] + "/readyz")
@@ -253,7 +260,7 @@ func (s scenario) startController(c *testcluster.Cluster, name string, extra ...
 	if err != nil {
 		p.Stop(5 * time.Second)
 	}
-	return p, err
+	return p, addrs[0], err
 }
 
 // serverCPU is the CPU time kube-apiserver and etcd have used so far.

@@ -1,0 +1,125 @@
+/*
+Copyright The bar-controller Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package main
+
+import (
+	"cmp"
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/pprof/profile"
+)
+
+// Peak RSS is what the target is set on, but it mixes what the controller
+// keeps with what the garbage collector has not yet freed: with Go's
+// default GOGC=100 the heap may grow to twice what is live before a
+// collection. The live heap after convergence, from the controller's own
+// heap profile (--profiling), is what its caches and event series hold,
+// and says where: the report lists its largest holders.
+
+// heapSummary is the controller's heap right after a collection.
+type heapSummary struct {
+	Live int64
+	// Top are the functions that allocated the most of what is live, with
+	// their bytes, largest first.
+	Top []holder
+}
+
+type holder struct {
+	Func  string
+	Bytes int64
+}
+
+// liveHeap asks the controller's metrics endpoint for a heap profile,
+// with a collection first (gc=1) so that in-use means live. The endpoint
+// is HTTPS with a certificate the controller made itself, and lets in
+// whoever the API server says may get /debug/pprof/heap: the bench's
+// admin token.
+func liveHeap(ctx context.Context, metricsAddr, token string, top int) (heapSummary, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+metricsAddr+"/debug/pprof/heap?gc=1", nil)
+	if err != nil {
+		return heapSummary{}, err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} // #nosec G402 -- the controller's self-signed certificate on loopback
+	resp, err := client.Do(req)
+	if err != nil {
+		return heapSummary{}, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return heapSummary{}, fmt.Errorf("heap profile: %s", resp.Status)
+	}
+	p, err := profile.Parse(resp.Body)
+	if err != nil {
+		return heapSummary{}, fmt.Errorf("heap profile: %w", err)
+	}
+	return summarize(p, top)
+}
+
+// summarize adds up inuse_space, in total and by the function that made
+// each allocation (the leaf of its stack).
+func summarize(p *profile.Profile, top int) (heapSummary, error) {
+	idx := slices.IndexFunc(p.SampleType, func(st *profile.ValueType) bool { return st.Type == "inuse_space" })
+	if idx < 0 {
+		return heapSummary{}, fmt.Errorf("heap profile without inuse_space")
+	}
+	var s heapSummary
+	byFunc := map[string]int64{}
+	for _, sample := range p.Sample {
+		v := sample.Value[idx]
+		s.Live += v
+		byFunc[leaf(sample)] += v
+	}
+	for f, b := range byFunc {
+		s.Top = append(s.Top, holder{Func: f, Bytes: b})
+	}
+	slices.SortFunc(s.Top, func(a, b holder) int { return cmp.Or(cmp.Compare(b.Bytes, a.Bytes), strings.Compare(a.Func, b.Func)) })
+	if len(s.Top) > top {
+		s.Top = s.Top[:top]
+	}
+	return s, nil
+}
+
+// leaf names the innermost function of a sample's stack that is not the
+// allocator itself.
+func leaf(s *profile.Sample) string {
+	for _, loc := range s.Location {
+		for _, line := range loc.Line {
+			if line.Function == nil || strings.HasPrefix(line.Function.Name, "runtime.") {
+				continue
+			}
+			return line.Function.Name
+		}
+	}
+	return "(unknown)"
+}
+
+func (s heapSummary) describe() string {
+	parts := make([]string, len(s.Top))
+	for i, h := range s.Top {
+		parts[i] = fmt.Sprintf("`%s` %.1f MB", h.Func, mb(h.Bytes))
+	}
+	return strings.Join(parts, ", ")
+}
