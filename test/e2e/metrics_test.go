@@ -30,12 +30,14 @@ import (
 // the API server says may get /metrics. The shipped RBAC must let the
 // controller ask (TokenReview, SubjectAccessReview), and the shipped
 // bar-controller-metrics-reader ClusterRole must be what a scraper needs.
+// With --profiling the Go profiles sit behind the same check, per path: the
+// reader role does not reach them.
 func TestOpsSecureMetrics(t *testing.T) {
 	env, ns := setupOps(t)
 	ctx := t.Context()
 	env.install(t)
 	kubeconfig, _ := env.serviceAccountConfig(t)
-	c := startController(t, "secure-metrics", kubeconfig, "--metrics-secure=true")
+	c := startController(t, "secure-metrics", kubeconfig, "--metrics-secure=true", "--profiling")
 	c.waitProbe(t, "/readyz", 200)
 	bar := createOpsBar(t, env, ns, "scraped")
 	waitOpsConverged(t, env, ns, bar.Name)
@@ -49,7 +51,8 @@ func TestOpsSecureMetrics(t *testing.T) {
 		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, // self-signed, see above
 	}}
 	url := "https://" + c.metricsAddr + "/metrics"
-	status := func(token string) int {
+	heap := "https://" + c.metricsAddr + "/debug/pprof/heap"
+	statusAt := func(url, token string) int {
 		t.Helper()
 		code, err := testcluster.StatusOf(ctx, insecure, url, token)
 		if err != nil {
@@ -57,6 +60,7 @@ func TestOpsSecureMetrics(t *testing.T) {
 		}
 		return code
 	}
+	status := func(token string) int { t.Helper(); return statusAt(url, token) }
 	if code := status(""); code != http.StatusUnauthorized {
 		t.Errorf("no token: %d, want 401", code)
 	}
@@ -72,6 +76,12 @@ func TestOpsSecureMetrics(t *testing.T) {
 	}
 	if n, _ := m.Value("bar_controller_syncs_total", nil); n == 0 {
 		t.Errorf("bar_controller_syncs_total = 0 after a Bar converged")
+	}
+	if code := statusAt(heap, prometheus); code != http.StatusForbidden {
+		t.Errorf("the metrics reader on /debug/pprof/heap: %d, want 403", code)
+	}
+	if code := statusAt(heap, env.cluster.Config.BearerToken); code != http.StatusOK {
+		t.Errorf("a cluster admin on /debug/pprof/heap: %d, want 200", code)
 	}
 
 	// Plain HTTP gets no metrics from the HTTPS port.
