@@ -50,7 +50,8 @@ test-unit: ## Run only the unit tests (fake clients; seconds, nothing to build).
 	go test -race -count=1 ./...
 
 # N=... chooses the numbers of Bars (default 500,2000,5000), BENCH_ARGS
-# passes other flags (go run ./test/bench --help).
+# passes other flags (go run ./test/bench --help); BENCH_ARGS=--breakdown=2000
+# shows instead where the API server's CPU goes (docs/measurements.md).
 N ?= 500,2000,5000
 BENCH_ARGS ?=
 

@@ -102,22 +102,35 @@ func parallel(ctx context.Context, n, inflight int, fn func(ctx context.Context,
 // runFloor is the floor: per Bar, the three writes a controller with zero
 // overhead would make, in order (create the Bar, create its Deployment,
 // write the Bar's status), many Bars in flight, no watch, no event.
-func runFloor(ctx context.Context, kube kubernetes.Interface, bars clientset.Interface, ns string, n, inflight int) error {
-	return parallel(ctx, n, inflight, func(ctx context.Context, i int) error {
-		bar, err := bars.BarcontrollerV1alpha1().Bars(ns).Create(ctx, benchBar(ns, i), metav1.CreateOptions{})
-		if err != nil {
-			return err
-		}
-		if _, err := kube.AppsV1().Deployments(ns).Create(ctx, floorDeployment(bar), metav1.CreateOptions{}); err != nil {
-			return err
-		}
-		bar.Status = barv1alpha1.BarStatus{ObservedGeneration: bar.Generation, Conditions: []metav1.Condition{{
-			Type: barv1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: "ReplicasUnavailable",
-			Message: "0 of 2 replicas available", ObservedGeneration: bar.Generation, LastTransitionTime: metav1.Now(),
-		}}}
-		_, err = bars.BarcontrollerV1alpha1().Bars(ns).UpdateStatus(ctx, bar, metav1.UpdateOptions{})
+func runFloor(ctx context.Context, w writers, ns string, n, inflight int) error {
+	return parallel(ctx, n, inflight, func(ctx context.Context, i int) error { return floorWrites(ctx, w, ns, i) })
+}
+
+// writers are the bench's own clients, with no client-side rate limit.
+type writers struct {
+	kube kubernetes.Interface
+	bars clientset.Interface
+}
+
+func floorWrites(ctx context.Context, w writers, ns string, i int) error {
+	bar, err := w.bars.BarcontrollerV1alpha1().Bars(ns).Create(ctx, benchBar(ns, i), metav1.CreateOptions{})
+	if err != nil {
 		return err
-	})
+	}
+	if _, err := w.kube.AppsV1().Deployments(ns).Create(ctx, floorDeployment(bar), metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	bar.Status = floorStatus(bar)
+	_, err = w.bars.BarcontrollerV1alpha1().Bars(ns).UpdateStatus(ctx, bar, metav1.UpdateOptions{})
+	return err
+}
+
+// floorStatus is the status the controller writes for a new Bar.
+func floorStatus(bar *barv1alpha1.Bar) barv1alpha1.BarStatus {
+	return barv1alpha1.BarStatus{ObservedGeneration: bar.Generation, Conditions: []metav1.Condition{{
+		Type: barv1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: "ReplicasUnavailable",
+		Message: "0 of 2 replicas available", ObservedGeneration: bar.Generation, LastTransitionTime: metav1.Now(),
+	}}}
 }
 
 // createBars creates the Bars of a controller run, as fast as the floor does.

@@ -47,6 +47,8 @@ func main() {
 		idle       = flag.Duration("idle-resync", 5*time.Second, "the resync period of the idle check's controller")
 		out        = flag.String("out", "docs/benchmarks.md", "the report to write; empty: print only")
 		logDir     = flag.String("log-dir", "_output/bench", "where the controllers' logs go")
+		split      = flag.Int("breakdown", 0, "instead of the scenarios: with this many Bars, the API server CPU of the floor and of variants that each add one of the controller's differences (breakdown.go); prints a table")
+		rounds     = flag.Int("breakdown-rounds", 3, "rounds of --breakdown, its variants interleaved")
 	)
 	flag.Parse()
 	if *binDir == "" {
@@ -70,6 +72,16 @@ func main() {
 	defer stop()
 	controllerPath, _ := filepath.Abs(*controller)
 	s := scenario{binDir: *binDir, crdDir: *crdDir, controller: controllerPath, inflight: *inflight, idleResync: *idle, logDir: *logDir}
+
+	if *split > 0 {
+		table, err := breakdown(ctx, s, *split, *rounds)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench: breakdown:", err)
+			os.Exit(1)
+		}
+		fmt.Print(table)
+		return
+	}
 
 	var results []result
 	plan := make([][2]int, 0, len(sizes)+1)

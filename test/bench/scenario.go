@@ -109,7 +109,7 @@ func (s scenario) run(ctx context.Context, n, unrelated int) (r result, err erro
 	}
 	// Warm-up: the API server's caches, connections and the CRD's
 	// handlers, before anything is timed.
-	if err := runFloor(ctx, kube, bars, "warmup", 300, s.inflight); err != nil {
+	if err := runFloor(ctx, writers{kube, bars}, "warmup", 300, s.inflight); err != nil {
 		return r, fmt.Errorf("warm-up: %w", err)
 	}
 	if err := clean(ctx, kube, bars, "warmup"); err != nil {
@@ -121,7 +121,7 @@ func (s scenario) run(ctx context.Context, n, unrelated int) (r result, err erro
 		return r, err
 	}
 	start := time.Now()
-	if err := runFloor(ctx, kube, bars, "floor", n, s.inflight); err != nil {
+	if err := runFloor(ctx, writers{kube, bars}, "floor", n, s.inflight); err != nil {
 		return r, fmt.Errorf("floor: %w", err)
 	}
 	r.Floor = time.Since(start)
