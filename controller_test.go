@@ -23,10 +23,13 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	core "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 
 	barv1alpha1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1alpha1"
 )
@@ -65,18 +68,31 @@ func TestNoOpSyncMakesNoRequests(t *testing.T) {
 
 // TestRepairsDrift: whatever someone changed among the fields the
 // controller owns, one forced apply puts it back, and nothing else is sent.
+// The API server moves a field another client changes to that client's
+// manager (or, when it removes the field, to nobody); that is what the
+// controller sees as drift (ownership.go).
 func TestRepairsDrift(t *testing.T) {
 	tests := []struct {
 		name   string
 		drift  func(*appsv1.Deployment)
 		fields string // what the event says was put back
 	}{
-		{"replicas scaled by hand", func(d *appsv1.Deployment) { d.Spec.Replicas = ptr.To[int32](5) }, "spec.replicas"},
-		{"image changed", func(d *appsv1.Deployment) { d.Spec.Template.Spec.Containers[0].Image = "nginx:1.0.0" },
-			"spec.template.spec.containers[app]"},
-		{"label removed", func(d *appsv1.Deployment) { delete(d.Labels, managedByLabel) }, "metadata.labels"},
-		{"blockOwnerDeletion dropped", func(d *appsv1.Deployment) { d.OwnerReferences[0].BlockOwnerDeletion = nil },
-			"metadata.ownerReferences"},
+		{"replicas scaled by hand", func(d *appsv1.Deployment) {
+			d.Spec.Replicas = ptr.To[int32](5)
+			takenBy(t, d, "kubectl", replicasPath)
+		}, "spec.replicas"},
+		{"image changed", func(d *appsv1.Deployment) {
+			d.Spec.Template.Spec.Containers[0].Image = "nginx:1.0.0"
+			takenBy(t, d, "kubectl-set", imagePath)
+		}, "spec.template.spec.containers[app]"},
+		{"label removed", func(d *appsv1.Deployment) {
+			delete(d.Labels, managedByLabel)
+			takenBy(t, d, "", fieldpath.MakePathOrDie("metadata", "labels", managedByLabel))
+		}, "metadata.labels"},
+		{"blockOwnerDeletion dropped", func(d *appsv1.Deployment) {
+			d.OwnerReferences[0].BlockOwnerDeletion = nil
+			takenBy(t, d, "kubectl-edit", fieldpath.MakePathOrDie("metadata", "ownerReferences", fieldpath.KeyByFields("uid", string(d.OwnerReferences[0].UID))))
+		}, "metadata.ownerReferences"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -93,6 +109,42 @@ func TestRepairsDrift(t *testing.T) {
 			f.run(ctx, keyOf(bar))
 		})
 	}
+}
+
+// TestAdmissionRewriteIsNotDrift: what mutating admission made of the
+// controller's own apply stays the controller's in managedFields, so a
+// resync sends nothing, where comparing values would re-apply forever.
+func TestAdmissionRewriteIsNotDrift(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f := newFixture(t)
+	bar := withStatus(newBar("test", "web", 2), 2, metav1.ConditionTrue, barv1alpha1.ReasonDeploymentAvailable, readyMessage(2, 2, "web"))
+	d := ownedDeployment(bar)
+	d.Spec.Template.Spec.Containers[0].Image = "mirror.example/nginx:1.28.0"
+	d.Spec.Template.Spec.Containers = append(d.Spec.Template.Spec.Containers, corev1.Container{Name: "proxy", Image: "envoy:1.30"})
+	f.bars = append(f.bars, bar)
+	f.deployments = append(f.deployments, d)
+	f.run(ctx, keyOf(bar)) // zero requests, zero events
+}
+
+// TestApplyThatChangesNothingIsNotAnnounced: when the API server already
+// holds what the apply sends (someone put the values back first), the
+// resourceVersion does not move, and no DeploymentUpdated event claims a
+// change.
+func TestApplyThatChangesNothingIsNotAnnounced(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f := newFixture(t)
+	bar := withStatus(newBar("test", "web", 2), 2, metav1.ConditionTrue, barv1alpha1.ReasonDeploymentAvailable, readyMessage(2, 2, "web"))
+	d := ownedDeployment(bar)
+	takenBy(t, d, "kubectl", replicasPath) // scaled to 2 by someone else
+	f.bars = append(f.bars, bar)
+	f.deployments = append(f.deployments, d)
+	c := f.newController(ctx)
+	f.kubeclient.PrependReactor("patch", "deployments", stampResourceVersion(f.kubeclient.Tracker(), d.ResourceVersion))
+	if err := c.syncHandler(ctx, keyOf(bar)); err != nil {
+		t.Fatal(err)
+	}
+	checkActions(t, "kube", []core.Action{applyDeploymentAction(bar, true)}, f.kubeclient.Actions())
+	checkEvents(t, nil, f.recorder.Events)
 }
 
 // TestLeavesForeignDeploymentAlone: a Deployment with no controller is
@@ -135,7 +187,10 @@ func TestForeignDeploymentIsNotHotLooped(t *testing.T) {
 	f.run(ctx, keyOf(bar))
 }
 
-func TestDeploymentNameChangeDeletesOldDeployment(t *testing.T) {
+// A rename is make before break: the sync that creates the Deployment
+// under the new name keeps the old one, which serves until the new one is
+// available, and says so.
+func TestRenameKeepsOldDeploymentUntilNewIsAvailable(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	f := newFixture(t)
 	bar := withStatus(newBar("test", "web", 1), 1, metav1.ConditionTrue, barv1alpha1.ReasonDeploymentAvailable, readyMessage(1, 1, "web"))
@@ -145,13 +200,52 @@ func TestDeploymentNameChangeDeletesOldDeployment(t *testing.T) {
 	f.bars = append(f.bars, bar)
 	f.deployments = append(f.deployments, old)
 
-	f.kubeactions = append(f.kubeactions, applyDeploymentAction(bar, false), deleteDeploymentAction(old))
-	f.actions = append(f.actions, applyStatusAction(bar, 0, metav1.ConditionFalse, barv1alpha1.ReasonReplicasUnavailable,
-		"waiting for Deployment web-v2 to have 1 available replicas (it has 0 replicas: 0 up to date, 0 available)", fixedNow))
-	f.events = []string{
-		"Normal DeploymentCreated Created Deployment web-v2",
-		"Normal DeploymentDeleted Deleted Deployment web: the Bar now names Deployment web-v2",
-	}
+	f.kubeactions = append(f.kubeactions, applyDeploymentAction(bar, false))
+	f.actions = append(f.actions, applyStatusAction(bar, 0, metav1.ConditionFalse, barv1alpha1.ReasonRenaming,
+		"renamed from Deployment web to web-v2: web keeps serving until web-v2 has 1 available replicas (it has 0)", fixedNow))
+	f.events = []string{"Normal DeploymentCreated Created Deployment web-v2"}
+	f.run(ctx, keyOf(bar))
+}
+
+// Once the new Deployment is available, the old one goes, by UID.
+func TestRenameDeletesOldDeploymentOnceNewIsAvailable(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f := newFixture(t)
+	renaming := "renamed from Deployment web to web-v2: web keeps serving until web-v2 has 1 available replicas (it has 0)"
+	bar := withStatus(newBar("test", "web", 1), 0, metav1.ConditionFalse, barv1alpha1.ReasonRenaming, renaming)
+	old := ownedDeployment(bar)
+	bar.Spec.DeploymentName = "web-v2"
+	f.bars = append(f.bars, bar)
+	f.deployments = append(f.deployments, old, ownedDeployment(bar))
+
+	f.kubeactions = append(f.kubeactions, deleteDeploymentAction(old))
+	f.actions = append(f.actions, applyStatusAction(bar, 1, metav1.ConditionTrue, barv1alpha1.ReasonDeploymentAvailable,
+		readyMessage(1, 1, "web-v2"), fixedNow))
+	f.events = []string{"Normal DeploymentDeleted Deleted Deployment web: the Bar now names Deployment web-v2, which is available"}
+	f.run(ctx, keyOf(bar))
+}
+
+// A new Deployment that stops making progress keeps the old one serving,
+// and is announced with a Warning, once.
+func TestRenameStuckPastProgressDeadlineKeepsOldDeployment(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f := newFixture(t)
+	renaming := "renamed from Deployment web to web-v2: web keeps serving until web-v2 has 2 available replicas (it has 0)"
+	bar := withStatus(newBar("test", "web", 2), 0, metav1.ConditionFalse, barv1alpha1.ReasonRenaming, renaming)
+	old := ownedDeployment(bar)
+	bar.Spec.DeploymentName = "web-v2"
+	stuck := ownedDeployment(bar)
+	stuck.Status = appsv1.DeploymentStatus{ObservedGeneration: 1, Replicas: 0, Conditions: []appsv1.DeploymentCondition{{
+		Type: appsv1.DeploymentProgressing, Status: corev1.ConditionFalse, Reason: "ProgressDeadlineExceeded",
+		Message: `ReplicaSet "web-v2-5d4f" has timed out progressing.`}}}
+	f.bars = append(f.bars, bar)
+	f.deployments = append(f.deployments, old, stuck)
+
+	msg := `Deployment web-v2 is not making progress: ReplicaSet "web-v2-5d4f" has timed out progressing.; ` +
+		"Deployment web, from before the Bar was renamed, keeps serving until web-v2 is available"
+	f.actions = append(f.actions, applyStatusAction(bar, 0, metav1.ConditionFalse, barv1alpha1.ReasonProgressDeadlineExceeded,
+		msg, metav1.NewTime(fixedNow.Add(-time.Hour))))
+	f.events = []string{"Warning ProgressDeadlineExceeded " + msg}
 	f.run(ctx, keyOf(bar))
 }
 

@@ -52,7 +52,7 @@ const (
 // and others may own it.
 func newDeployment(bar *barv1alpha1.Bar) *appsv1ac.DeploymentApplyConfiguration {
 	labels := selectorLabels(bar)
-	return appsv1ac.Deployment(bar.Spec.DeploymentName, bar.Namespace).
+	d := appsv1ac.Deployment(bar.Spec.DeploymentName, bar.Namespace).
 		WithLabels(map[string]string{managedByLabel: managedByValue}).
 		WithLabels(labels).
 		WithOwnerReferences(metav1ac.OwnerReference().
@@ -72,6 +72,7 @@ func newDeployment(bar *barv1alpha1.Bar) *appsv1ac.DeploymentApplyConfiguration 
 					WithContainers(corev1ac.Container().
 						WithName(containerName).
 						WithImage(desiredImage(bar))))))
+	return withDesiredHash(d)
 }
 
 // desiredReplicas and desiredImage fall back to the API defaults for Bars
@@ -116,10 +117,10 @@ func labelValue(name string) string {
 // deploymentDiff lists the fields that want sets and the cached Deployment
 // lacks, or has other values for; nil means it matches. Fields want does not
 // mention (defaults, other containers, annotations someone added) are
-// ignored, just as server-side apply leaves them alone. This check is what
-// keeps a resync free: the controller only sends an apply when the list is
-// not empty. The list is what the --trace output and the DeploymentUpdated
-// event name as the drift that was put back.
+// ignored, just as server-side apply leaves them alone. deploymentDrift
+// (ownership.go) uses it when what the controller wants changed since its
+// last apply; otherwise ownership, not values, decides. The names are what
+// the --trace output and the DeploymentUpdated event list.
 func deploymentDiff(want *appsv1ac.DeploymentApplyConfiguration, have *appsv1.Deployment) []string {
 	var diff []string
 	if !containsAll(have.Labels, want.Labels) {

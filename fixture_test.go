@@ -17,10 +17,12 @@ limitations under the License.
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"strconv"
 	"testing"
 	"time"
 
@@ -38,6 +40,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 
 	barv1alpha1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1alpha1"
 	"github.com/barcontroller/bar-controller/pkg/generated/clientset/versioned/fake"
@@ -85,6 +88,10 @@ func (f *fixture) newController(ctx context.Context) *Controller {
 	}
 	f.client = fake.NewSimpleClientset(barObjs...)
 	f.kubeclient = k8sfake.NewClientset(kubeObjs...)
+	// The fake API keeps the resourceVersion a patch does not set; a real
+	// one moves it on every change, which is how the controller tells an
+	// apply that changed something from one that did not.
+	f.kubeclient.PrependReactor("patch", "deployments", bumpResourceVersion(f.kubeclient.Tracker()))
 
 	barInformers := informers.NewSharedInformerFactory(f.client, 0)
 	kubeInformers := kubeinformers.NewSharedInformerFactory(f.kubeclient, 0)
@@ -246,6 +253,15 @@ func newBar(name, deploymentName string, replicas int32) *barv1alpha1.Bar {
 	}
 }
 
+// appliedFieldsJSON is this controller's managedFields entry as a real API
+// server (v1.37) records it after applying newDeployment, captured from
+// one; %s is the Bar's UID.
+const appliedFieldsJSON = `{"f:metadata":{"f:annotations":{"f:barcontroller.dev/desired-hash":{}},` +
+	`"f:labels":{"f:app.kubernetes.io/managed-by":{},"f:barcontroller.dev/bar":{}},` +
+	`"f:ownerReferences":{"k:{\"uid\":\"%s\"}":{}}},` +
+	`"f:spec":{"f:replicas":{},"f:selector":{},"f:template":{"f:metadata":{"f:labels":{"f:barcontroller.dev/bar":{}}},` +
+	`"f:spec":{"f:containers":{"k:{\"name\":\"app\"}":{".":{},"f:image":{},"f:name":{}}}}}}}`
+
 // ownedDeployment is what the API server would hold after applying
 // newDeployment(bar) and the Deployment controller settling it.
 func ownedDeployment(bar *barv1alpha1.Bar) *appsv1.Deployment {
@@ -255,9 +271,14 @@ func ownedDeployment(bar *barv1alpha1.Bar) *appsv1.Deployment {
 		ObjectMeta: metav1.ObjectMeta{
 			Name: bar.Spec.DeploymentName, Namespace: bar.Namespace, UID: types.UID(bar.Spec.DeploymentName + "-uid"),
 			Generation: 1, ResourceVersion: "20",
-			Labels:          map[string]string{barLabel: bar.Name, managedByLabel: managedByValue, "team": "web"},
-			Annotations:     map[string]string{"deployment.kubernetes.io/revision": "1"},
+			Labels: map[string]string{barLabel: bar.Name, managedByLabel: managedByValue, "team": "web"},
+			Annotations: map[string]string{"deployment.kubernetes.io/revision": "1",
+				desiredHashAnnotation: newDeployment(bar).Annotations[desiredHashAnnotation]},
 			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(bar, barv1alpha1.SchemeGroupVersion.WithKind("Bar"))},
+			ManagedFields: []metav1.ManagedFieldsEntry{{
+				Manager: fieldManager, Operation: metav1.ManagedFieldsOperationApply, APIVersion: "apps/v1",
+				FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(fmt.Sprintf(appliedFieldsJSON, bar.UID))},
+			}},
 		},
 		Spec: appsv1.DeploymentSpec{
 			Replicas: ptr.To(want),
@@ -273,6 +294,43 @@ func ownedDeployment(bar *barv1alpha1.Bar) *appsv1.Deployment {
 			ObservedGeneration: 1, Replicas: want, UpdatedReplicas: want, ReadyReplicas: want, AvailableReplicas: want,
 		},
 	}
+}
+
+// Paths of fields newDeployment sets, in managedFields terms.
+var (
+	replicasPath = fieldpath.MakePathOrDie("spec", "replicas")
+	imagePath    = fieldpath.MakePathOrDie("spec", "template", "spec", "containers", fieldpath.KeyByFields("name", containerName), "image")
+)
+
+// takenBy records in d's managedFields what the API server does when
+// another client changes fields of ours with an update: the paths leave
+// this controller's entry and go to manager's.
+func takenBy(t testing.TB, d *appsv1.Deployment, manager string, paths ...fieldpath.Path) {
+	t.Helper()
+	taken := fieldpath.NewSet(paths...)
+	for i, e := range d.ManagedFields {
+		if !isOurApply(e) {
+			continue
+		}
+		ours := &fieldpath.Set{}
+		if err := ours.FromJSON(bytes.NewReader(e.FieldsV1.Raw)); err != nil {
+			t.Fatal(err)
+		}
+		raw, err := ours.Difference(taken).ToJSON()
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.ManagedFields[i].FieldsV1 = &metav1.FieldsV1{Raw: raw}
+	}
+	if manager == "" { // removed: nobody owns it
+		return
+	}
+	raw, err := taken.ToJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.ManagedFields = append(d.ManagedFields, metav1.ManagedFieldsEntry{Manager: manager,
+		Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "apps/v1", FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: raw}})
 }
 
 // withStatus gives the Bar the status the controller would have written.
@@ -343,6 +401,28 @@ func deleteDeploymentAction(d *appsv1.Deployment) core.Action {
 }
 
 func keyOf(bar *barv1alpha1.Bar) cache.ObjectName { return cache.MetaObjectToName(bar) }
+
+// bumpResourceVersion answers a patch of an existing object with its
+// resourceVersion moved on by one, as a real API server does when the
+// patch changes the object.
+func bumpResourceVersion(tracker core.ObjectTracker) core.ReactionFunc {
+	return func(action core.Action) (bool, runtime.Object, error) {
+		patch, ok := action.(core.PatchAction)
+		if !ok {
+			return false, nil, nil
+		}
+		before, err := tracker.Get(action.GetResource(), action.GetNamespace(), patch.GetName())
+		if err != nil {
+			return false, nil, nil // a create: the default reactor answers
+		}
+		m, _ := meta.Accessor(before)
+		rv, err := strconv.Atoi(m.GetResourceVersion())
+		if err != nil {
+			return false, nil, nil
+		}
+		return stampResourceVersion(tracker, strconv.Itoa(rv+1))(action)
+	}
+}
 
 func stampResourceVersion(tracker core.ObjectTracker, rv string) core.ReactionFunc {
 	return func(action core.Action) (bool, runtime.Object, error) {

@@ -65,6 +65,28 @@ func deploymentReadiness(bar *barv1alpha1.Bar, d *appsv1.Deployment) readiness {
 	}
 }
 
+// renamingReadiness is the Ready condition while a rename waits for the new
+// Deployment (d, judged r) to become available and old Deployments keep
+// serving (sync.go: make before break).
+func renamingReadiness(bar *barv1alpha1.Bar, r readiness, d *appsv1.Deployment, old []metav1.Object) readiness {
+	names := oldNames(old)
+	if r.reason == barv1alpha1.ReasonProgressDeadlineExceeded {
+		return readiness{metav1.ConditionFalse, r.reason,
+			fmt.Sprintf("%s; Deployment %s, from before the Bar was renamed, keeps serving until %s is available", r.message, names, d.Name)}
+	}
+	return readiness{metav1.ConditionFalse, barv1alpha1.ReasonRenaming,
+		fmt.Sprintf("renamed from Deployment %s to %s: %s keeps serving until %s has %d available replicas (it has %d)",
+			names, d.Name, names, d.Name, desiredReplicas(bar), d.Status.AvailableReplicas)}
+}
+
+// warningReasons are the Ready reasons announced by a Warning event when a
+// Bar enters them: problems a person has to act on.
+var warningReasons = map[string]bool{
+	barv1alpha1.ReasonDeploymentNotOwned:       true,
+	barv1alpha1.ReasonApplyFailed:              true,
+	barv1alpha1.ReasonProgressDeadlineExceeded: true,
+}
+
 // notOwnedReadiness explains why the controller leaves a Deployment alone.
 func notOwnedReadiness(d metav1.Object) readiness {
 	owner := "no controller"

@@ -88,11 +88,23 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) erro
 	if err != nil {
 		return err
 	}
-	// Only now that the wanted Deployment exists do the ones under an old
-	// name go: a rename never leaves the Bar with nothing running, and a
-	// rename to a name that is taken keeps the old Deployment serving.
-	if err := c.deleteStaleDeployments(ctx, bar); err != nil {
+	// Make before break: Deployments under an old name (the Bar was
+	// renamed) go only once the wanted one is available, so a rename never
+	// leaves the Bar with nothing serving, even when the new Deployment
+	// cannot become available (a bad image, a quota).
+	r := deploymentReadiness(bar, deployment)
+	old, err := c.oldDeployments(bar)
+	if err != nil {
 		return err
+	}
+	if len(old) > 0 {
+		if r.status != metav1.ConditionTrue {
+			c.trace.decision(key, "renamed: keep the old Deployment until the new one is available", oldNames(old))
+			return c.updateStatus(ctx, bar, deployment.Status.AvailableReplicas, renamingReadiness(bar, r, deployment, old))
+		}
+		if err := c.deleteOldDeployments(ctx, bar, old); err != nil {
+			return err
+		}
 	}
 	return c.updateStatus(ctx, bar, deployment.Status.AvailableReplicas, deploymentReadiness(bar, deployment))
 }
@@ -138,7 +150,7 @@ func (c *Controller) applyDeployment(ctx context.Context, bar *barv1alpha1.Bar, 
 	var diff []string
 	switch {
 	case have != nil:
-		if diff = deploymentDiff(want, have); len(diff) == 0 {
+		if diff = deploymentDrift(want, have); len(diff) == 0 {
 			c.trace.decision(key, "Deployment up to date: no write", "")
 			return have, nil
 		}
@@ -160,6 +172,12 @@ func (c *Controller) applyDeployment(ctx context.Context, bar *barv1alpha1.Bar, 
 	if err != nil {
 		return nil, fmt.Errorf("applying Deployment %s: %w", bar.Spec.DeploymentName, err)
 	}
+	if have != nil && d.ResourceVersion == have.ResourceVersion {
+		// The API server already held all of it (another writer put the
+		// same values back first, say): nothing changed, nothing to announce.
+		c.trace.decision(key, "apply changed nothing", "")
+		return d, nil
+	}
 	c.writes.wrote(key, bar.UID, "deployments", d.ResourceVersion)
 	if !exists {
 		c.recorder.Eventf(bar, nil, corev1.EventTypeNormal, EventDeploymentCreated, actionCreate, "Created Deployment %s", d.Name)
@@ -171,22 +189,31 @@ func (c *Controller) applyDeployment(ctx context.Context, bar *barv1alpha1.Bar, 
 	return d, nil
 }
 
-// deleteStaleDeployments removes Deployments the Bar controls under a name
-// it no longer asks for (spec.deploymentName changed).
-func (c *Controller) deleteStaleDeployments(ctx context.Context, bar *barv1alpha1.Bar) error {
+// oldDeployments returns the Deployments the Bar controls under a name it
+// no longer asks for (spec.deploymentName changed), but not those already
+// being deleted.
+func (c *Controller) oldDeployments(bar *barv1alpha1.Bar) ([]metav1.Object, error) {
 	owned, err := c.deploymentMetaIndexer.ByIndex(deploymentsByBarUID, string(bar.UID))
 	if err != nil {
-		return err
+		return nil, err
 	}
+	var old []metav1.Object
 	for _, obj := range owned {
 		d := obj.(metav1.Object)
-		if d.GetName() == bar.Spec.DeploymentName || d.GetNamespace() != bar.Namespace || d.GetDeletionTimestamp() != nil {
-			continue
+		if d.GetName() != bar.Spec.DeploymentName && d.GetNamespace() == bar.Namespace && d.GetDeletionTimestamp() == nil {
+			old = append(old, d)
 		}
+	}
+	return old, nil
+}
+
+// deleteOldDeployments removes the Deployments a rename left behind.
+func (c *Controller) deleteOldDeployments(ctx context.Context, bar *barv1alpha1.Bar, old []metav1.Object) error {
+	key := cache.MetaObjectToName(bar)
+	for _, d := range old {
+		c.trace.decision(key, "renamed, and the new Deployment is available: delete the old one", d.GetName())
 		// The UID precondition makes sure we delete the object we looked
 		// at, not a namesake created since.
-		key := cache.MetaObjectToName(bar)
-		c.trace.decision(key, "old Deployment after a rename: delete it", d.GetName())
 		start := time.Now()
 		err := c.kubeclientset.AppsV1().Deployments(d.GetNamespace()).Delete(ctx, d.GetName(),
 			metav1.DeleteOptions{Preconditions: metav1.NewUIDPreconditions(string(d.GetUID()))})
@@ -198,10 +225,18 @@ func (c *Controller) deleteStaleDeployments(ctx context.Context, bar *barv1alpha
 			return fmt.Errorf("deleting old Deployment %s: %w", d.GetName(), err)
 		}
 		c.recorder.Eventf(bar, nil, corev1.EventTypeNormal, EventDeploymentDeleted, actionDelete,
-			"Deleted Deployment %s: the Bar now names Deployment %s", d.GetName(), bar.Spec.DeploymentName)
+			"Deleted Deployment %s: the Bar now names Deployment %s, which is available", d.GetName(), bar.Spec.DeploymentName)
 		klog.FromContext(ctx).V(2).Info("Deleted old Deployment", "deployment", klog.KObj(d))
 	}
 	return nil
+}
+
+func oldNames(old []metav1.Object) string {
+	names := make([]string, len(old))
+	for i, d := range old {
+		names[i] = d.GetName()
+	}
+	return strings.Join(names, ", ")
 }
 
 // updateStatus is the status step: write the Bar's status through the status
@@ -225,8 +260,7 @@ func (c *Controller) updateStatus(ctx context.Context, bar *barv1alpha1.Bar, ava
 
 	// Problems are announced once, when the Bar enters them.
 	if old := meta.FindStatusCondition(bar.Status.Conditions, barv1alpha1.ConditionReady); r.status == metav1.ConditionFalse &&
-		(r.reason == barv1alpha1.ReasonDeploymentNotOwned || r.reason == barv1alpha1.ReasonApplyFailed) &&
-		(old == nil || old.Reason != r.reason) {
+		warningReasons[r.reason] && (old == nil || old.Reason != r.reason) {
 		c.recorder.Eventf(bar, nil, corev1.EventTypeWarning, r.reason, actionSync, "%s", r.message)
 	}
 	return nil

@@ -29,10 +29,9 @@ import (
 // docs/informer-internals.md). Whatever the controller does not read is
 // memory it holds for every object it watches, for as long as it runs.
 
-// dropManagedFields keeps managedFields out of the informer caches. The
-// controller never reads them (it compares fields itself, see
-// deploymentDiff), and on Deployments they are often a third of the
-// object's size.
+// dropManagedFields keeps managedFields out of the Bar cache: the
+// controller never reads a Bar's, and they are often a third of an
+// object's size. (Of Deployments it keeps its own entry; trimDeployment.)
 func dropManagedFields(obj interface{}) (interface{}, error) {
 	if m, err := meta.Accessor(obj); err == nil {
 		m.SetManagedFields(nil)
@@ -42,12 +41,13 @@ func dropManagedFields(obj interface{}) (interface{}, error) {
 
 // trimDeployment is the transform of the informer of the Deployments this
 // controller manages (label-selected, see main.go): it keeps exactly what
-// deploymentDiff, deploymentReadiness and the handlers read, and drops the
-// rest: annotations (kubectl's last-applied configuration among them),
-// managedFields, the pod template's spec beyond its containers' names and
-// images, the strategy, and every field the API server defaulted. What
-// deploymentDiff compares must be kept here too; TestTrimDeployment checks
-// that diff and readiness do not change.
+// deploymentDrift, deploymentReadiness and the handlers read, and drops the
+// rest: annotations but the desired hash (kubectl's last-applied
+// configuration among them), the managedFields of every manager but this
+// controller's apply, the pod template's spec beyond its containers' names
+// and images, the strategy, and every field the API server defaulted. What
+// deploymentDrift compares must be kept here too; TestTrimDeployment checks
+// that drift and readiness do not change.
 func trimDeployment(obj interface{}) (interface{}, error) {
 	d, ok := obj.(*appsv1.Deployment)
 	if !ok {
@@ -56,6 +56,16 @@ func trimDeployment(obj interface{}) (interface{}, error) {
 	containers := make([]corev1.Container, len(d.Spec.Template.Spec.Containers))
 	for i, c := range d.Spec.Template.Spec.Containers {
 		containers[i] = corev1.Container{Name: c.Name, Image: c.Image}
+	}
+	var annotations map[string]string
+	if h, ok := d.Annotations[desiredHashAnnotation]; ok {
+		annotations = map[string]string{desiredHashAnnotation: h}
+	}
+	var managedFields []metav1.ManagedFieldsEntry
+	for _, e := range d.ManagedFields {
+		if isOurApply(e) {
+			managedFields = append(managedFields, e)
+		}
 	}
 	return &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{
@@ -66,7 +76,9 @@ func trimDeployment(obj interface{}) (interface{}, error) {
 			Generation:        d.Generation,
 			DeletionTimestamp: d.DeletionTimestamp,
 			Labels:            d.Labels,
+			Annotations:       annotations,
 			OwnerReferences:   d.OwnerReferences,
+			ManagedFields:     managedFields,
 		},
 		Spec: appsv1.DeploymentSpec{
 			Replicas: d.Spec.Replicas,

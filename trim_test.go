@@ -35,7 +35,9 @@ import (
 func serverDeployment(bar *barv1alpha1.Bar) *appsv1.Deployment {
 	d := ownedDeployment(bar)
 	d.Annotations["kubectl.kubernetes.io/last-applied-configuration"] = `{"apiVersion":"apps/v1","kind":"Deployment"}`
-	d.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: fieldManager, Operation: metav1.ManagedFieldsOperationApply}}
+	d.ManagedFields = append(d.ManagedFields,
+		metav1.ManagedFieldsEntry{Manager: "kube-controller-manager", Operation: metav1.ManagedFieldsOperationUpdate, Subresource: "status"},
+		metav1.ManagedFieldsEntry{Manager: fieldManager, Operation: metav1.ManagedFieldsOperationApply, Subresource: "status"})
 	d.Spec.Strategy = appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType,
 		RollingUpdate: &appsv1.RollingUpdateDeployment{MaxSurge: ptr.To(intstr.FromString("25%")), MaxUnavailable: ptr.To(intstr.FromString("25%"))}}
 	d.Spec.RevisionHistoryLimit = ptr.To[int32](10)
@@ -66,6 +68,10 @@ func TestTrimDeployment(t *testing.T) {
 		{"as desired", func(*appsv1.Deployment) {}},
 		{"replicas scaled by hand", func(d *appsv1.Deployment) { d.Spec.Replicas = ptr.To[int32](5) }},
 		{"image changed", func(d *appsv1.Deployment) { d.Spec.Template.Spec.Containers[0].Image = "nginx:1.0.0" }},
+		{"image set by kubectl", func(d *appsv1.Deployment) {
+			d.Spec.Template.Spec.Containers[0].Image = "nginx:1.0.0"
+			takenBy(t, d, "kubectl-set", imagePath)
+		}},
 		{"container renamed", func(d *appsv1.Deployment) { d.Spec.Template.Spec.Containers[0].Name = "other" }},
 		{"label removed", func(d *appsv1.Deployment) { delete(d.Labels, managedByLabel) }},
 		{"pod label removed", func(d *appsv1.Deployment) { d.Spec.Template.Labels = nil }},
@@ -91,7 +97,7 @@ func TestTrimDeployment(t *testing.T) {
 				t.Fatal(err)
 			}
 			trimmed := obj.(*appsv1.Deployment)
-			if got, wantDiff := deploymentDiff(want, trimmed), deploymentDiff(want, full); !reflect.DeepEqual(got, wantDiff) {
+			if got, wantDiff := deploymentDrift(want, trimmed), deploymentDrift(want, full); !reflect.DeepEqual(got, wantDiff) {
 				t.Errorf("drift of the trimmed copy: %v, of the whole: %v", got, wantDiff)
 			}
 			if got, wantR := deploymentReadiness(bar, trimmed), deploymentReadiness(bar, full); got != wantR {
@@ -101,7 +107,8 @@ func TestTrimDeployment(t *testing.T) {
 				trimmed.ResourceVersion != full.ResourceVersion || !reflect.DeepEqual(trimmed.OwnerReferences, full.OwnerReferences) {
 				t.Errorf("identity or owners lost: %+v", trimmed.ObjectMeta)
 			}
-			if trimmed.Annotations != nil || trimmed.ManagedFields != nil || trimmed.Spec.Template.Annotations != nil ||
+			if len(trimmed.Annotations) != 1 || len(trimmed.ManagedFields) != 1 || !isOurApply(trimmed.ManagedFields[0]) ||
+				trimmed.Spec.Template.Annotations != nil ||
 				trimmed.Spec.Strategy.RollingUpdate != nil || trimmed.Spec.Template.Spec.RestartPolicy != "" ||
 				trimmed.Spec.Template.Spec.Containers[0].Ports != nil {
 				t.Errorf("kept what the controller never reads: %+v", trimmed)

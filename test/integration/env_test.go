@@ -64,6 +64,9 @@ type integrationEnv struct {
 	controller *testcluster.Process
 	metricsURL string
 	stop       func()
+	// restart stops the controller and starts it again, as a rollout or a
+	// crash would (restartController).
+	restart func() error
 }
 
 var (
@@ -110,9 +113,13 @@ func startIntegrationEnv() (_ *integrationEnv, err error) {
 	env.stop = func() {
 		if env.controller != nil {
 			env.controller.Stop(40 * time.Second)
-			if data, _ := os.ReadFile(env.controller.LogPath); strings.Contains(string(data), "WARNING: DATA RACE") {
-				fmt.Fprintf(os.Stderr, "bar-controller reported a data race, see %s\n", env.controller.LogPath)
-				os.Setenv("BAR_KEEP_TEST_DIR", "1")
+			// Every run's log: a test may have restarted the controller.
+			logs, _ := filepath.Glob(filepath.Join(dir, "logs", "bar-controller-*.log"))
+			for _, log := range logs {
+				if data, _ := os.ReadFile(log); strings.Contains(string(data), "WARNING: DATA RACE") {
+					fmt.Fprintf(os.Stderr, "bar-controller reported a data race, see %s\n", log)
+					os.Setenv("BAR_KEEP_TEST_DIR", "1")
+				}
 			}
 		}
 		if env.cluster != nil {
@@ -174,14 +181,25 @@ func startIntegrationEnv() (_ *integrationEnv, err error) {
 		return nil, err
 	}
 	env.metricsURL = "http://" + addrs[0] + "/metrics"
-	env.controller, err = testcluster.StartProcess("bar-controller", binary, filepath.Join(dir, "logs", "bar-controller.log"),
-		append(os.Environ(), "GORACE=atexit_sleep_ms=0"),
-		"--kubeconfig="+kubeconfig, "-v=2", "--resync-period="+testResync.String(),
-		"--metrics-bind-address="+addrs[0], "--metrics-secure=false", "--health-probe-bind-address="+addrs[1])
-	if err != nil {
-		return nil, err
+	starts := 0
+	start := func() error {
+		starts++
+		log := filepath.Join(dir, "logs", fmt.Sprintf("bar-controller-%d.log", starts))
+		p, err := testcluster.StartProcess("bar-controller", binary, log,
+			append(os.Environ(), "GORACE=atexit_sleep_ms=0"),
+			"--kubeconfig="+kubeconfig, "-v=2", "--resync-period="+testResync.String(),
+			"--metrics-bind-address="+addrs[0], "--metrics-secure=false", "--health-probe-bind-address="+addrs[1])
+		if err != nil {
+			return err
+		}
+		env.controller = p
+		return waitReady(ctx, p, "http://"+addrs[1]+"/readyz")
 	}
-	if err := waitReady(ctx, env.controller, "http://"+addrs[1]+"/readyz"); err != nil {
+	env.restart = func() error {
+		env.controller.Stop(40 * time.Second)
+		return start()
+	}
+	if err := start(); err != nil {
 		return nil, err
 	}
 	return env, nil

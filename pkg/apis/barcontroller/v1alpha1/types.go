@@ -127,6 +127,10 @@ const (
 	// ReasonProgressDeadlineExceeded: the Deployment stopped making progress;
 	// look at its Pods and events.
 	ReasonProgressDeadlineExceeded = "ProgressDeadlineExceeded"
+	// ReasonRenaming: spec.deploymentName changed; the Deployment under the
+	// old name keeps serving until the new one has all replicas available,
+	// then it is deleted. The message names both.
+	ReasonRenaming = "Renaming"
 	// ReasonDeploymentNotOwned: a Deployment with the wanted name exists but
 	// is not controlled by this Bar, so the controller leaves it alone.
 	// Rename or delete that Deployment, or pick another deploymentName.

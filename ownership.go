@@ -1,0 +1,184 @@
+/*
+Copyright The bar-controller Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package main
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"slices"
+	"sort"
+
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
+	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
+)
+
+// This file decides whether a Deployment has drifted from what its Bar
+// asks for. Comparing values alone is not enough in a real cluster:
+// mutating admission (a MutatingAdmissionPolicy that points images at a
+// registry mirror, a webhook that pins digests or injects defaults)
+// rewrites what the controller sends, so the stored Deployment differs
+// from the request on every apply, and a controller that compares values
+// re-applies on every resync, forever.
+//
+// Server-side apply records who set each field (managedFields). The API
+// server computes that record from the request, before mutating admission
+// runs (applyPatcher then admit, in k8s.io/apiserver's
+// pkg/endpoints/handlers/patch.go), so a field that admission rewrote
+// during our apply stays ours. A field another client changes with an
+// update (kubectl set image, kubectl scale, kubectl edit) or a forced
+// apply moves to that client's manager. So:
+//
+//   - a field the controller sets but does not own was changed or removed
+//     by someone else: drift, put it back;
+//   - a field it owns holds what its last apply produced, admission
+//     included: not drift, whatever its value;
+//   - unless what the controller wants changed since that apply (the Bar
+//     changed, or a new controller version wants something else). The
+//     Deployment carries a hash of the last applied configuration for
+//     that; when the hash differs, values decide, as before.
+
+// desiredHashAnnotation holds a hash of the apply configuration that last
+// wrote the Deployment (without this annotation).
+const desiredHashAnnotation = "barcontroller.dev/desired-hash"
+
+// withDesiredHash stamps d with the hash of its own content.
+func withDesiredHash(d *appsv1ac.DeploymentApplyConfiguration) *appsv1ac.DeploymentApplyConfiguration {
+	raw, err := json.Marshal(d)
+	if err != nil {
+		// An apply configuration is plain data; marshalling cannot fail.
+		panic(err)
+	}
+	sum := sha256.Sum256(raw)
+	return d.WithAnnotations(map[string]string{desiredHashAnnotation: hex.EncodeToString(sum[:10])})
+}
+
+// desiredField is one field newDeployment sets: the name --trace and the
+// DeploymentUpdated event use (deploymentDiff's names), and its path in
+// managedFields.
+type desiredField struct {
+	name string
+	path fieldpath.Path
+}
+
+// desiredFields lists the fields want sets, in deploymentDiff's order.
+func desiredFields(want *appsv1ac.DeploymentApplyConfiguration) []desiredField {
+	var fields []desiredField
+	for _, k := range sortedKeys(want.Labels) {
+		fields = append(fields, desiredField{"metadata.labels", fieldpath.MakePathOrDie("metadata", "labels", k)})
+	}
+	for _, ref := range want.OwnerReferences {
+		// ownerReferences is a list keyed by uid.
+		fields = append(fields, desiredField{"metadata.ownerReferences",
+			fieldpath.MakePathOrDie("metadata", "ownerReferences", fieldpath.KeyByFields("uid", string(*ref.UID)))})
+	}
+	spec := want.Spec
+	fields = append(fields,
+		desiredField{"spec.replicas", fieldpath.MakePathOrDie("spec", "replicas")},
+		desiredField{"spec.selector", fieldpath.MakePathOrDie("spec", "selector")})
+	for _, k := range sortedKeys(spec.Template.Labels) {
+		fields = append(fields, desiredField{"spec.template.metadata.labels",
+			fieldpath.MakePathOrDie("spec", "template", "metadata", "labels", k)})
+	}
+	for _, c := range spec.Template.Spec.Containers {
+		// containers is a list keyed by name.
+		fields = append(fields, desiredField{"spec.template.spec.containers[" + *c.Name + "]",
+			fieldpath.MakePathOrDie("spec", "template", "spec", "containers", fieldpath.KeyByFields("name", *c.Name), "image")})
+	}
+	return fields
+}
+
+// deploymentDrift lists the fields of want that need an apply; nil means
+// none does. It reads have's managedFields entry of this controller and
+// its desired-hash annotation, both of which trimDeployment keeps.
+func deploymentDrift(want *appsv1ac.DeploymentApplyConfiguration, have *appsv1.Deployment) []string {
+	drifted := map[string]bool{}
+	owned := appliedFields(have)
+	fields := desiredFields(want)
+	for _, f := range fields {
+		if owned == nil || !ownsField(owned, f.path) {
+			drifted[f.name] = true
+		}
+	}
+	if have.Annotations[desiredHashAnnotation] != want.Annotations[desiredHashAnnotation] {
+		// What we want changed since our last apply, or the Deployment
+		// predates the hash: compare values. Equal values need no write,
+		// so an upgrade of the controller rewrites nothing.
+		for _, name := range deploymentDiff(want, have) {
+			drifted[name] = true
+		}
+	}
+	var diff []string
+	for _, f := range fields {
+		if drifted[f.name] && !slices.Contains(diff, f.name) {
+			diff = append(diff, f.name)
+		}
+	}
+	return diff
+}
+
+// appliedFields returns the fields this controller's apply owns in obj,
+// or nil if it owns none (it never applied, or its entry is unreadable).
+func appliedFields(obj metav1.Object) *fieldpath.Set {
+	for _, e := range obj.GetManagedFields() {
+		if !isOurApply(e) || e.FieldsV1 == nil {
+			continue
+		}
+		set := &fieldpath.Set{}
+		if err := set.FromJSON(bytes.NewReader(e.FieldsV1.Raw)); err != nil {
+			return nil
+		}
+		return set
+	}
+	return nil
+}
+
+// isOurApply tells this controller's apply entry of an object's
+// managedFields from the others (including its status writes).
+func isOurApply(e metav1.ManagedFieldsEntry) bool {
+	return e.Manager == fieldManager && e.Operation == metav1.ManagedFieldsOperationApply && e.Subresource == ""
+}
+
+// ownsField reports whether owned holds p, or anything under it: an atomic
+// field (the selector) is owned as a whole, a granular one through its
+// members.
+func ownsField(owned *fieldpath.Set, p fieldpath.Path) bool {
+	if owned.Has(p) {
+		return true
+	}
+	s := owned
+	for _, pe := range p {
+		child, ok := s.Children.Get(pe)
+		if !ok {
+			return false
+		}
+		s = child
+	}
+	return !s.Empty()
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

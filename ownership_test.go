@@ -1,0 +1,122 @@
+/*
+Copyright The bar-controller Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package main
+
+import (
+	"slices"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
+
+	barv1alpha1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1alpha1"
+)
+
+// TestDeploymentDrift: drift is judged by who owns the fields the Bar
+// decides, and by values only when what the Bar wants changed since the
+// last apply. The managedFields are what a real API server records
+// (ownedDeployment; takenBy for another client's update).
+func TestDeploymentDrift(t *testing.T) {
+	const image = "spec.template.spec.containers[app]"
+	bar := newBar("test", "web", 2)
+	changed := newBar("test", "web", 2)
+	changed.Spec.Image = "nginx:1.29.0"
+	tests := []struct {
+		name string
+		bar  *barv1alpha1.Bar // what the Deployment is compared with; bar if nil
+		edit func(*appsv1.Deployment)
+		want []string
+	}{
+		{"as applied", nil, func(*appsv1.Deployment) {}, nil},
+		{"image rewritten by admission during our apply", nil, func(d *appsv1.Deployment) {
+			d.Spec.Template.Spec.Containers[0].Image = "mirror.example/nginx:1.28.0"
+		}, nil},
+		{"sidecar and labels injected by admission", nil, func(d *appsv1.Deployment) {
+			d.Spec.Template.Spec.Containers = append(d.Spec.Template.Spec.Containers, corev1.Container{Name: "proxy", Image: "envoy:1.30"})
+			d.Labels["injected"] = "yes"
+		}, nil},
+		{"image set by kubectl", nil, func(d *appsv1.Deployment) {
+			d.Spec.Template.Spec.Containers[0].Image = "nginx:1.0.0"
+			takenBy(t, d, "kubectl-set", imagePath)
+		}, []string{image}},
+		{"scaled, even back to the same value", nil, func(d *appsv1.Deployment) {
+			takenBy(t, d, "kubectl", replicasPath)
+		}, []string{"spec.replicas"}},
+		{"pod label removed", nil, func(d *appsv1.Deployment) {
+			delete(d.Spec.Template.Labels, barLabel)
+			takenBy(t, d, "", fieldpath.MakePathOrDie("spec", "template", "metadata", "labels", barLabel))
+		}, []string{"spec.template.metadata.labels"}},
+		{"the Bar changed its image", changed, func(*appsv1.Deployment) {}, []string{image}},
+		{"the Bar changed its image, the old one rewritten by admission", changed, func(d *appsv1.Deployment) {
+			d.Spec.Template.Spec.Containers[0].Image = "mirror.example/nginx:1.28.0"
+		}, []string{image}},
+		{"the Bar changed back to what the Deployment has", nil, func(d *appsv1.Deployment) {
+			d.Annotations[desiredHashAnnotation] = "from-another-spec"
+		}, nil},
+		{"from a controller before the hash, unchanged", nil, func(d *appsv1.Deployment) {
+			delete(d.Annotations, desiredHashAnnotation)
+		}, nil},
+		{"from a controller before the hash, scaled by a fight it lost", nil, func(d *appsv1.Deployment) {
+			delete(d.Annotations, desiredHashAnnotation)
+			d.Spec.Replicas = ptr.To[int32](7)
+		}, []string{"spec.replicas"}},
+		{"never applied by this controller", nil, func(d *appsv1.Deployment) {
+			d.ManagedFields = nil
+		}, []string{"metadata.labels", "metadata.ownerReferences", "spec.replicas", "spec.selector",
+			"spec.template.metadata.labels", image}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			d := ownedDeployment(bar)
+			tc.edit(d)
+			b := tc.bar
+			if b == nil {
+				b = bar
+			}
+			if got := deploymentDrift(newDeployment(b), d); !slices.Equal(got, tc.want) {
+				t.Errorf("deploymentDrift = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// The hash covers everything the apply sends, and only that.
+func TestDesiredHash(t *testing.T) {
+	hash := func(b *barv1alpha1.Bar) string { return newDeployment(b).Annotations[desiredHashAnnotation] }
+	bar := newBar("test", "web", 2)
+	if hash(bar) != hash(newBar("test", "web", 2)) {
+		t.Error("equal Bars give different hashes")
+	}
+	for name, edit := range map[string]func(*barv1alpha1.Bar){
+		"replicas": func(b *barv1alpha1.Bar) { b.Spec.Replicas = ptr.To[int32](3) },
+		"image":    func(b *barv1alpha1.Bar) { b.Spec.Image = "nginx:1.29.0" },
+		"uid":      func(b *barv1alpha1.Bar) { b.UID = "other" },
+	} {
+		b := newBar("test", "web", 2)
+		edit(b)
+		if hash(b) == hash(bar) {
+			t.Errorf("a changed %s keeps the hash", name)
+		}
+	}
+	b := newBar("test", "web", 2)
+	b.Status.AvailableReplicas, b.ResourceVersion = 2, "99"
+	if hash(b) != hash(bar) {
+		t.Error("status or resourceVersion changed the hash: every status write would look like a new spec")
+	}
+}
