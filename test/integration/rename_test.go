@@ -69,7 +69,6 @@ func TestRenameKeepsOldDeploymentUntilNewIsAvailable(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitForDeployment(t, env, ns, "second", "the new Deployment", func(*appsv1.Deployment) bool { return true })
-	waitForCondition(t, env, ns, "mbb", barv1alpha1.ReasonRenaming, "first", "second")
 
 	// The old Deployment keeps serving while the new one cannot. A few
 	// seconds of 1 s resyncs: the old code deleted it within one sync.
@@ -84,6 +83,7 @@ func TestRenameKeepsOldDeploymentUntilNewIsAvailable(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+	waitForCondition(t, env, ns, "mbb", barv1alpha1.ReasonRenaming, "first", "second")
 
 	// The new Deployment passes its progress deadline: the Bar says so,
 	// with a Warning, and still keeps the old one. The deadline is not a

@@ -17,7 +17,10 @@ limitations under the License.
 // Command app is what the Bars in the node tests run: a static program in an
 // image built and imported like the controller's, so that a Bar's Pods really
 // start, and status.availableReplicas counts containers that run. It answers
-// HTTP on :8080 and exits 0 on SIGTERM, as a well-behaved workload does.
+// HTTP on :8080 and, on SIGTERM, goes on answering for a moment before it
+// exits 0, as a well-behaved workload behind a Service does: the Pod
+// leaves the endpoints of its clients only after the kubelet was told to
+// stop it, and requests keep arriving until they notice.
 package main
 
 import (
@@ -27,7 +30,12 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 )
+
+// drain is how long the app answers after SIGTERM; well inside the Pod's
+// default 30 s grace period.
+const drain = 2 * time.Second
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -38,6 +46,7 @@ func main() {
 	})}
 	go func() {
 		<-ctx.Done()
+		time.Sleep(drain)
 		_ = srv.Shutdown(context.Background())
 	}()
 	if err := srv.ListenAndServe(); err != nil && err != http.ErrServerClosed {

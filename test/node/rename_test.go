@@ -1,0 +1,189 @@
+/*
+Copyright The bar-controller Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package node
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
+
+	barv1alpha1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1alpha1"
+)
+
+// A Bar renamed while a client uses it: the client, like a Service's
+// endpoints, sends each request to a Ready Pod of the Bar that is not
+// terminating (its Pods carry the Bar's label whichever Deployment runs
+// them), every 100 ms, and must never find none or be refused. Real Pods
+// on a real kubelet, so "available" means containers that run and answer.
+func TestRenameServesWithoutInterruption(t *testing.T) {
+	e := requireNode(t)
+	install(t, e)
+	ctx := t.Context()
+	ns, err := e.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "bar-rename-"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bars := e.bars.BarcontrollerV1alpha1().Bars(ns.Name)
+	if _, err := bars.Create(ctx, &barv1alpha1.Bar{
+		ObjectMeta: metav1.ObjectMeta{Name: "svc"},
+		Spec:       barv1alpha1.BarSpec{DeploymentName: "svc-a", Replicas: ptr.To[int32](2), Image: appRef},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitAvailable(t, e, ns.Name, "svc", 2)
+
+	p := &prober{kube: e, ns: ns.Name, selector: "barcontroller.dev/bar=svc"}
+	probeCtx, stopProbing := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); p.run(probeCtx) }()
+
+	start := time.Now()
+	if _, err := bars.Patch(ctx, "svc", types.MergePatchType, []byte(`{"spec":{"deploymentName":"svc-b"}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitAvailable(t, e, ns.Name, "svc", 2)
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := e.kube.AppsV1().Deployments(ns.Name).Get(ctx, "svc-a", metav1.GetOptions{})
+		if !apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		pods, err := e.kube.CoreV1().Pods(ns.Name).List(ctx, metav1.ListOptions{LabelSelector: p.selector})
+		return err == nil && len(pods.Items) == 2, err
+	})
+	if err != nil {
+		t.Fatalf("waiting for the old Deployment and its Pods to go: %v", err)
+	}
+	t.Logf("rename to a new Deployment with 2 available replicas, old one and its Pods gone: %v", time.Since(start).Round(time.Millisecond))
+	time.Sleep(time.Second) // and the client goes on a little with the new Pods alone
+	stopProbing()
+	<-done
+
+	requests, failures := p.result()
+	t.Logf("%d requests every 100 ms through the rename, %d failed", requests, len(failures))
+	if requests < 20 {
+		t.Errorf("only %d requests: the window proves nothing", requests)
+	}
+	for _, f := range failures {
+		t.Errorf("a request failed: %s", f)
+	}
+}
+
+// waitAvailable waits for the Bar's status to be current with that many
+// available replicas and Ready.
+func waitAvailable(t *testing.T, e *env, ns, name string, n int32) {
+	t.Helper()
+	var bar *barv1alpha1.Bar
+	err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		var err error
+		bar, err = e.bars.BarcontrollerV1alpha1().Bars(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, c := range bar.Status.Conditions {
+			if c.Type == barv1alpha1.ConditionReady {
+				return c.Status == metav1.ConditionTrue && c.ObservedGeneration == bar.Generation &&
+					bar.Status.AvailableReplicas == n, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("waiting for Bar %s/%s to be Ready with %d available: %v (status %+v)", ns, name, n, err, bar.Status)
+	}
+}
+
+// prober plays a client of the Bar's Pods.
+type prober struct {
+	kube     *env
+	ns       string
+	selector string
+
+	mu       sync.Mutex
+	requests int
+	failures []string
+}
+
+func (p *prober) run(ctx context.Context) {
+	client := &http.Client{Timeout: time.Second}
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for i := 0; ; i++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		err := p.once(ctx, client, i)
+		if ctx.Err() != nil {
+			return
+		}
+		p.mu.Lock()
+		p.requests++
+		if err != nil {
+			p.failures = append(p.failures, time.Now().Format("15:04:05.000")+" "+err.Error())
+		}
+		p.mu.Unlock()
+	}
+}
+
+func (p *prober) once(ctx context.Context, client *http.Client, i int) error {
+	pods, err := p.kube.kube.CoreV1().Pods(p.ns).List(ctx, metav1.ListOptions{LabelSelector: p.selector})
+	if err != nil {
+		return fmt.Errorf("listing Pods: %w", err)
+	}
+	var serving []corev1.Pod
+	for _, pod := range pods.Items {
+		if pod.DeletionTimestamp == nil && podReady(&pod) && pod.Status.PodIP != "" {
+			serving = append(serving, pod)
+		}
+	}
+	if len(serving) == 0 {
+		return fmt.Errorf("no Ready Pod of the Bar among %d", len(pods.Items))
+	}
+	pod := serving[i%len(serving)]
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+pod.Status.PodIP+":8080/", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return fmt.Errorf("Pod %s: %w", pod.Name, err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("Pod %s answered %s", pod.Name, resp.Status)
+	}
+	return nil
+}
+
+func (p *prober) result() (int, []string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.requests, append([]string(nil), p.failures...)
+}
