@@ -135,7 +135,8 @@ func TestApplyThatChangesNothingIsNotAnnounced(t *testing.T) {
 	f := newFixture(t)
 	bar := withStatus(newBar("test", "web", 2), 2, metav1.ConditionTrue, barv1alpha1.ReasonDeploymentAvailable, readyMessage(2, 2, "web"))
 	d := ownedDeployment(bar)
-	takenBy(t, d, "kubectl", replicasPath) // scaled to 2 by someone else
+	d.Spec.Replicas = ptr.To[int32](5) // scaled in the cache; back to 2 on the server
+	takenBy(t, d, "kubectl", replicasPath)
 	f.bars = append(f.bars, bar)
 	f.deployments = append(f.deployments, d)
 	c := f.newController(ctx)

@@ -21,7 +21,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"slices"
 	"sort"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -46,14 +45,16 @@ import (
 // update (kubectl set image, kubectl scale, kubectl edit) or a forced
 // apply moves to that client's manager. So:
 //
-//   - a field the controller sets but does not own was changed or removed
-//     by someone else: drift, put it back;
-//   - a field it owns holds what its last apply produced, admission
-//     included: not drift, whatever its value;
+//   - a field whose value is what the Bar wants needs nothing, whoever
+//     owns it;
+//   - a field whose value differs and that the controller no longer owns
+//     was changed or removed by someone else: drift, put it back;
+//   - a field whose value differs and that the controller still owns holds
+//     what its last apply produced, admission included: not drift;
 //   - unless what the controller wants changed since that apply (the Bar
 //     changed, or a new controller version wants something else). The
 //     Deployment carries a hash of the last applied configuration for
-//     that; when the hash differs, values decide, as before.
+//     that; when the hash differs, values decide alone.
 
 // desiredHashAnnotation holds a hash of the apply configuration that last
 // wrote the Deployment (without this annotation).
@@ -109,29 +110,34 @@ func desiredFields(want *appsv1ac.DeploymentApplyConfiguration) []desiredField {
 // none does. It reads have's managedFields entry of this controller and
 // its desired-hash annotation, both of which trimDeployment keeps.
 func deploymentDrift(want *appsv1ac.DeploymentApplyConfiguration, have *appsv1.Deployment) []string {
-	drifted := map[string]bool{}
-	owned := appliedFields(have)
-	fields := desiredFields(want)
-	for _, f := range fields {
-		if owned == nil || !ownsField(owned, f.path) {
-			drifted[f.name] = true
-		}
+	diff := deploymentDiff(want, have)
+	if len(diff) == 0 {
+		// Nothing differs, so nothing needs putting back, whoever owns
+		// what. The common case, and free: no managedFields to parse.
+		return nil
 	}
 	if have.Annotations[desiredHashAnnotation] != want.Annotations[desiredHashAnnotation] {
-		// What we want changed since our last apply, or the Deployment
-		// predates the hash: compare values. Equal values need no write,
-		// so an upgrade of the controller rewrites nothing.
-		for _, name := range deploymentDiff(want, have) {
-			drifted[name] = true
+		// What we want changed since our last apply (or the Deployment
+		// predates the hash): the values that differ need an apply.
+		return diff
+	}
+	// We last applied exactly this. A value that differs is drift only if
+	// someone else took the field; if it is still ours, admission set it
+	// during our apply, and applying again would only make it do so again.
+	owned := appliedFields(have)
+	notOwned := map[string]bool{}
+	for _, f := range desiredFields(want) {
+		if owned == nil || !ownsField(owned, f.path) {
+			notOwned[f.name] = true
 		}
 	}
-	var diff []string
-	for _, f := range fields {
-		if drifted[f.name] && !slices.Contains(diff, f.name) {
-			diff = append(diff, f.name)
+	var drift []string
+	for _, name := range diff {
+		if notOwned[name] {
+			drift = append(drift, name)
 		}
 	}
-	return diff
+	return drift
 }
 
 // appliedFields returns the fields this controller's apply owns in obj,
