@@ -106,6 +106,9 @@ func TestOpsInstallAndServiceAccountRBAC(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitOpsConverged(t, env, ns, bar.Name)
+	// The old Deployment goes only once the new one is available. This
+	// control plane runs no Deployment controller: the test plays it.
+	markAvailable(t, env, ns, "web-renamed")
 	eventually(t, "the old Deployment to be deleted", func(ctx context.Context) (bool, error) {
 		_, err := env.kube.AppsV1().Deployments(ns).Get(ctx, bar.Spec.DeploymentName, metav1.GetOptions{})
 		return apierrors.IsNotFound(err), nil
@@ -385,5 +388,25 @@ func checkRoles(t *testing.T, leader, standby *controllerProcess) {
 	}
 	if v, _ := sm.Value("bar_controller_syncs_total", nil); v != 0 {
 		t.Errorf("standby %s synced %v times", standby.Name, v)
+	}
+}
+
+// markAvailable writes the status the Deployment controller would once all
+// replicas of the Deployment are up.
+func markAvailable(t *testing.T, env *opsEnv, ns, name string) {
+	t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		d, err := env.kube.AppsV1().Deployments(ns).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		n := ptr.Deref(d.Spec.Replicas, 1)
+		d.Status = appsv1.DeploymentStatus{ObservedGeneration: d.Generation, Replicas: n, UpdatedReplicas: n,
+			ReadyReplicas: n, AvailableReplicas: n}
+		_, err = env.kube.AppsV1().Deployments(ns).UpdateStatus(context.Background(), d, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
