@@ -211,10 +211,15 @@ func TestBarsConvergeWithRealPods(t *testing.T) {
 		bar, err = e.bars.BarcontrollerV1alpha1().Bars(ns.Name).Get(ctx, bar.Name, metav1.GetOptions{})
 		return err == nil && bar.Status.ObservedGeneration == bar.Generation && bar.Status.AvailableReplicas == 2, err
 	})
+	took := time.Since(start)
+	podStages(t, e, ns.Name, start)
+	if err != nil || took > slowConverge {
+		explainSlow(t, e, ns.Name, start)
+	}
 	if err != nil {
 		t.Fatalf("waiting for status.availableReplicas 2: %v (status %+v)", err, bar.Status)
 	}
-	t.Logf("Bar created -> status.availableReplicas 2: %v", time.Since(start).Round(time.Millisecond))
+	t.Logf("Bar created -> status.availableReplicas 2: %v", took.Round(time.Millisecond))
 
 	// The Pods answer: their containers run test/images/app.
 	pods, err := e.kube.CoreV1().Pods(ns.Name).List(ctx, metav1.ListOptions{})
