@@ -34,11 +34,9 @@ import (
 	"testing"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/utils/ptr"
 
 	"github.com/barcontroller/bar-controller/internal/testcluster"
 	clientset "github.com/barcontroller/bar-controller/pkg/generated/clientset/versioned"
@@ -51,7 +49,7 @@ import (
 // The controller's identity: the ServiceAccount artifacts/install creates,
 // with the ClusterRole it ships. The audit log tells its writes apart from
 // the tests' own by this name.
-const controllerUser = "system:serviceaccount:bar-controller:bar-controller"
+const controllerUser = testcluster.ControllerUser
 
 // testResync is short so that resyncs happen inside the windows in which
 // the tests count writes.
@@ -157,19 +155,8 @@ func startIntegrationEnv() (_ *integrationEnv, err error) {
 
 	// The shipped namespace, ServiceAccount and RBAC, not the Deployment:
 	// the controller runs here as a process, with that identity.
-	for _, f := range []string{"namespace.yaml", "rbac.yaml"} {
-		if _, err := env.cluster.Kubectl(ctx, "apply", "--server-side", "-f", filepath.Join(root, "artifacts", "install", f)); err != nil {
-			return nil, err
-		}
-	}
-	tr, err := env.kube.CoreV1().ServiceAccounts("bar-controller").CreateToken(ctx, "bar-controller",
-		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3 * 3600)}},
-		metav1.CreateOptions{})
-	if err != nil {
-		return nil, err
-	}
 	kubeconfig := filepath.Join(dir, "controller.kubeconfig")
-	if _, err := env.cluster.WriteKubeconfig(kubeconfig, tr.Status.Token); err != nil {
+	if _, err := env.cluster.InstallServiceAccount(ctx, root, kubeconfig, 3*time.Hour); err != nil {
 		return nil, err
 	}
 
