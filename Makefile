@@ -64,7 +64,7 @@ BENCH_ARGS ?=
 .PHONY: bench
 bench: build ## Measure converge time against a floor, writes per Bar, idle writes, memory and CPU on a real API server; writes docs/benchmarks.md and its plot.
 	go build -o bin/bench ./test/bench
-	kube_bin_dir="$$(hack/install-k8s-binaries.sh etcd kube-apiserver | tail -n 1)" && bin/bench --bin-dir="$$kube_bin_dir" --controller=bin/bar-controller --n=$(N) $(BENCH_ARGS)
+	kube_bin_dir="$$(hack/install-k8s-binaries.sh etcd kube-apiserver kubectl | tail -n 1)" && bin/bench --bin-dir="$$kube_bin_dir" --controller=bin/bar-controller --n=$(N) $(BENCH_ARGS)
 
 # make test runs only the quick fault cases; BAR_FAULTS_ALL=1 adds the slow
 # ones, over 40 s each (slow in test/faults/observe_test.go). CI (.ci/run)
