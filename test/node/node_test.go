@@ -48,7 +48,9 @@ var (
 )
 
 // install applies artifacts/ as the README says, through a kustomization
-// whose only change is the image: the one TestMain built and imported.
+// whose only changes are the image (the one TestMain built and imported)
+// and --trace for the tests' own Bars, so that a slow converge finds every
+// step the controller took for them in its log (explainSlow).
 func install(t *testing.T, e *env) {
 	t.Helper()
 	installOnce.Do(func() { installErr = apply(t, e) })
@@ -73,7 +75,15 @@ images:
 - name: bar-controller
   newName: %s
   newTag: %s
-`, base, strings.Split(controllerRef, ":")[0], strings.Split(controllerRef, ":")[1])
+patches:
+- target:
+    kind: Deployment
+    name: bar-controller
+  patch: |
+    - op: add
+      path: /spec/template/spec/containers/0/args/-
+      value: --trace=%s/*
+`, base, strings.Split(controllerRef, ":")[0], strings.Split(controllerRef, ":")[1], barNamespaces)
 	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(kustomization), 0o644); err != nil {
 		return err
 	}
@@ -195,7 +205,7 @@ func TestBarsConvergeWithRealPods(t *testing.T) {
 	e := requireNode(t)
 	install(t, e)
 	ctx := t.Context()
-	ns, err := e.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "bar-node-"}}, metav1.CreateOptions{})
+	ns, err := e.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: barNamespacePrefix}}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

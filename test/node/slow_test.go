@@ -29,18 +29,37 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/barcontroller/bar-controller/internal/testnode"
 )
 
 // A Bar's Pods on this node become available in about a second, yet a run
 // once took 16-17 s, and nothing kept told why. Every run now logs when
-// each of its Pods passed each stage; a slow one also logs its Events and
-// the lines of every component's log that concern it, so the next slow run
+// each of its Pods passed each stage; a slow one also logs its Events, the
+// Lease, the controller's Pods and the lines of every component's log that
+// concern it (the controller traces the tests' Bars), so a slow run
 // explains itself in the test output.
+//
+// What the slow runs showed (docs/measurements.md, "A real node"): the
+// Pods and the Deployment were available within a second every time; the
+// Bar's status waited for the controller. The leader's API calls stopped
+// returning (a status apply never came back; "Failed to renew lease:
+// context deadline exceeded" 10 s later), and the kubelet's probes of that
+// Pod timed out over the same seconds, while the standby stayed healthy.
+// The Bar, queued on the standby too, was synced the moment the standby
+// took the Lease: when it expired, 15 s after the stalled leader's last
+// renewal, plus up to one 2 s retry period. That is the 16-17 s.
 
 // slowConverge is when a converge counts as slow.
 const slowConverge = 5 * time.Second
+
+// The tests' Bars live in namespaces named barNamespacePrefix and a random
+// suffix, which barNamespaces (a --trace pattern) matches.
+const (
+	barNamespacePrefix = "bar-node-"
+	barNamespaces      = barNamespacePrefix + "*"
+)
 
 // podStages logs, per Pod of ns, when it passed each stage, relative to
 // start (the API server's times have whole seconds).
@@ -92,6 +111,11 @@ func explainSlow(t *testing.T, e *env, ns string, start time.Time) {
 				ev.InvolvedObject.Kind, ev.InvolvedObject.Name, ev.Source.Component+ev.ReportingController, max(ev.Count, 1), ev.Message)
 		}
 	}
+	if bars, err := e.bars.BarcontrollerV1alpha1().Bars(ns).List(ctx, metav1.ListOptions{}); err == nil {
+		for _, b := range bars.Items {
+			t.Logf("Bar %s: generation %d, status %+v", b.Name, b.Generation, b.Status)
+		}
+	}
 	if deps, err := e.kube.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{}); err == nil {
 		for _, d := range deps.Items {
 			t.Logf("Deployment %s: generation %d, status %+v", d.Name, d.Generation, d.Status)
@@ -102,6 +126,20 @@ func explainSlow(t *testing.T, e *env, ns string, start time.Time) {
 			t.Logf("ReplicaSet %s: created %s, status %+v", rs.Name, rs.CreationTimestamp.Format("15:04:05"), rs.Status)
 		}
 	}
+	// The controller itself: a replica that restarted or a Lease that
+	// changed hands stops the work until the standby takes over.
+	if lease, err := e.kube.CoordinationV1().Leases(installNamespace).Get(ctx, "bar-controller", metav1.GetOptions{}); err == nil {
+		t.Logf("Lease %s: holder %s, acquired %v, renewed %v, transitions %d", lease.Name, ptr.Deref(lease.Spec.HolderIdentity, ""),
+			lease.Spec.AcquireTime, lease.Spec.RenewTime, ptr.Deref(lease.Spec.LeaseTransitions, 0))
+	}
+	if events, err := e.kube.CoreV1().Events(installNamespace).List(ctx, metav1.ListOptions{}); err == nil {
+		for _, ev := range events.Items {
+			if ev.Type != corev1.EventTypeNormal || !eventTime(ev).Before(start.Add(-time.Minute)) {
+				t.Logf("event %+.3fs (last %+.3fs) %s %s %s/%s (count %d): %s", eventTime(ev).Sub(start).Seconds(), ev.LastTimestamp.Sub(start).Seconds(),
+					ev.Type, ev.Reason, ev.InvolvedObject.Kind, ev.InvolvedObject.Name, max(ev.Count, 1), ev.Message)
+			}
+		}
+	}
 	logs := map[string]string{
 		"kubelet":                 filepath.Join(e.node.LogDir, "kubelet.log"),
 		"containerd":              filepath.Join(e.node.LogDir, "containerd.log"),
@@ -109,7 +147,7 @@ func explainSlow(t *testing.T, e *env, ns string, start time.Time) {
 		"kube-scheduler":          filepath.Join(e.cluster.Dir, "logs", "kube-scheduler.log"),
 	}
 	for _, name := range []string{"kubelet", "containerd", "kube-controller-manager", "kube-scheduler"} {
-		logExcerpt(t, name, logs[name], ns, start, end)
+		logExcerpt(t, name, logs[name], start, end, ns, installNamespace+"/")
 	}
 	pods, err := e.kube.CoreV1().Pods(installNamespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -117,14 +155,27 @@ func explainSlow(t *testing.T, e *env, ns string, start time.Time) {
 		return
 	}
 	for _, p := range pods.Items {
-		out, err := e.cluster.Kubectl(ctx, "logs", "--namespace", installNamespace, p.Name)
-		if err != nil {
-			t.Logf("kubectl logs %s: %v", p.Name, err)
-			continue
+		for _, c := range p.Status.ContainerStatuses {
+			t.Logf("controller Pod %s: restarts %d, state %+v, last state %+v", p.Name, c.RestartCount, c.State, c.LastTerminationState)
 		}
-		path := filepath.Join(e.dir, p.Name+".log")
-		if err := os.WriteFile(path, []byte(out), 0o644); err == nil {
-			logExcerpt(t, "controller Pod "+p.Name, path, ns, start, end)
+		for _, previous := range []bool{true, false} {
+			args := []string{"logs", "--namespace", installNamespace, p.Name}
+			name := "controller Pod " + p.Name
+			if previous {
+				if p.Status.ContainerStatuses[0].RestartCount == 0 {
+					continue
+				}
+				args, name = append(args, "--previous"), name+", the container before the restart"
+			}
+			out, err := e.cluster.Kubectl(ctx, args...)
+			if err != nil {
+				t.Logf("kubectl %v: %v", args, err)
+				continue
+			}
+			path := filepath.Join(e.dir, strings.ReplaceAll(name, " ", "_")+".log")
+			if err := os.WriteFile(path, []byte(out), 0o644); err == nil {
+				logExcerpt(t, name, path, start, end, ns, "lease", "Lease", "leader")
+			}
 		}
 	}
 	t.Logf("=== end of the slow converge in %s (logs under %s with BAR_KEEP_TEST_DIR=1; node: %s)", ns, e.dir, testnode.Name)
@@ -150,8 +201,9 @@ var (
 const maxExcerpt = 300
 
 // logExcerpt logs the lines of the log at path written between start (less
-// a second) and end that name ns or are warnings or errors.
-func logExcerpt(t *testing.T, name, path, ns string, start, end time.Time) {
+// a minute: what led up to it) and end that contain one of terms or are
+// warnings or errors.
+func logExcerpt(t *testing.T, name, path string, start, end time.Time, terms ...string) {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
@@ -159,7 +211,7 @@ func logExcerpt(t *testing.T, name, path, ns string, start, end time.Time) {
 		return
 	}
 	defer f.Close()
-	from := start.Add(-time.Second)
+	from := start.Add(-time.Minute)
 	var kept []string
 	s := bufio.NewScanner(f)
 	s.Buffer(make([]byte, 1<<20), 1<<20)
@@ -176,15 +228,15 @@ func logExcerpt(t *testing.T, name, path, ns string, start, end time.Time) {
 		} else {
 			continue
 		}
-		if at.Before(from) || at.After(end) || !(severe || strings.Contains(line, ns)) {
+		if at.Before(from) || at.After(end) || !(severe || slices.ContainsFunc(terms, func(s string) bool { return strings.Contains(line, s) })) {
 			continue
 		}
 		kept = append(kept, fmt.Sprintf("%+.3fs %s", at.Sub(start).Seconds(), line))
 	}
-	t.Logf("--- %s: %d lines about %s or warnings and errors", name, len(kept), ns)
+	t.Logf("--- %s: %d lines with %q or warnings and errors", name, len(kept), terms)
 	if len(kept) > maxExcerpt {
-		t.Logf("(the first %d of them)", maxExcerpt)
-		kept = kept[:maxExcerpt]
+		t.Logf("(the last %d of them)", maxExcerpt)
+		kept = kept[len(kept)-maxExcerpt:]
 	}
 	for _, l := range kept {
 		t.Log(l)
