@@ -21,12 +21,14 @@ import (
 	"io"
 	"net/http"
 	"testing"
+	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 )
@@ -71,9 +73,19 @@ func MetricsScrapers(t testing.TB, kube kubernetes.Interface, ns, prefix string)
 	t.Cleanup(func() {
 		_ = kube.RbacV1().ClusterRoleBindings().Delete(context.Background(), binding.Name, metav1.DeleteOptions{})
 	})
-	Eventually(t, "the API server to let "+prefix+"-reader get /metrics", func(ctx context.Context) (bool, error) {
-		return MayGet(ctx, kube, reader, "/metrics")
+	var allowed bool
+	var last error
+	_ = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		ok, err := MayGet(ctx, kube, reader, "/metrics")
+		if err != nil && ctx.Err() == nil {
+			last = err // a request cut short by the deadline says nothing
+		}
+		allowed = ok
+		return allowed, nil
 	})
+	if !allowed {
+		t.Fatalf("the API server does not let %s-reader, bound to bar-controller-metrics-reader, get /metrics after 30 s (last request error: %v)", prefix, last)
+	}
 	return reader, nobody
 }
 
