@@ -38,11 +38,17 @@ run: build ## Start a local control plane with simulated nodes, run bar-controll
 # they skip, saying what is missing. test/node runs on its own, after the
 # rest: its Pods get the CPU shares of their requests (100m), and a compile
 # or another real-cluster suite beside them starves their probes.
+#
+# The package list is taken into a variable of its own first: as an
+# argument, a go list that fails would leave go test with fewer packages
+# (with none, only the current directory's), and errexit does not see the
+# status of a command substitution inside another command.
 test: ## Run all tests (unit, real control plane, real node; with -race); builds the control plane and kubelet on first use.
 	dir="$$($(KUBE_BIN_DIR_CMD))"; \
 	if [[ $$(id -u) -eq 0 ]]; then hack/install-node-deps.sh; export BAR_REQUIRE_NODE=1; fi; \
 	export KUBE_BIN_DIR="$$dir" BAR_REQUIRE_INTEGRATION=1; \
-	go test -race -count=1 -timeout=30m $$(go list ./... | grep -v /test/node); \
+	pkgs="$$(go list ./... | grep -v /test/node)"; \
+	go test -race -count=1 -timeout=30m $$pkgs; \
 	go test -race -count=1 -timeout=20m ./test/node
 
 .PHONY: test-unit
@@ -58,10 +64,13 @@ BENCH_ARGS ?=
 .PHONY: bench
 bench: build ## Measure converge time against a floor, writes per Bar, idle writes, memory and CPU on a real API server; writes docs/benchmarks.md and its plot.
 	go build -o bin/bench ./test/bench
-	kube_bin_dir="$$(hack/install-k8s-binaries.sh etcd kube-apiserver | tail -n 1)" && bin/bench --bin-dir="$$kube_bin_dir" --controller=bin/bar-controller --n=$(N) $(BENCH_ARGS)
+	kube_bin_dir="$$(hack/install-k8s-binaries.sh etcd kube-apiserver kubectl | tail -n 1)" && bin/bench --bin-dir="$$kube_bin_dir" --controller=bin/bar-controller --n=$(N) $(BENCH_ARGS)
 
 # make test runs only the quick fault cases; BAR_FAULTS_ALL=1 adds the slow
-# ones, over 40 s each (slow in test/faults/observe_test.go).
+# ones, over 40 s each (slow in test/faults/observe_test.go). CI (.ci/run)
+# runs this target after make test, so the slow cases' evidence is checked
+# on every run, alone on the machine and without -race, as their bounds
+# were measured.
 .PHONY: faults
 faults: ## Kill kube-apiserver, freeze etcd, SIGKILL the controller or its leader, fight it, starve it with APF, start it without its CRD or API server, delete 2,000 Bars; print a pass/fail table with timings.
 	kube_bin_dir="$$(hack/install-k8s-binaries.sh etcd kube-apiserver kubectl | tail -n 1)" && \

@@ -21,11 +21,14 @@ import (
 	"io"
 	"net/http"
 	"testing"
+	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 )
@@ -35,6 +38,12 @@ import (
 // bar-controller-metrics-reader ClusterRole (as Prometheus would be), and
 // prefix-nobody, bound to nothing. It returns a token of each; the binding
 // goes when t ends.
+//
+// It returns once the API server authorizes the reader. The RBAC
+// authorizer sees a new binding through its informer, a moment after the
+// create returns; a scrape in that moment would be refused, and the
+// controller (internal/apiauth) would remember the refusal for its deny
+// TTL, so the first request with the reader's token must come after.
 func MetricsScrapers(t testing.TB, kube kubernetes.Interface, ns, prefix string) (reader, nobody string) {
 	t.Helper()
 	ctx := t.Context()
@@ -64,7 +73,46 @@ func MetricsScrapers(t testing.TB, kube kubernetes.Interface, ns, prefix string)
 	t.Cleanup(func() {
 		_ = kube.RbacV1().ClusterRoleBindings().Delete(context.Background(), binding.Name, metav1.DeleteOptions{})
 	})
+	var allowed bool
+	var last error
+	_ = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		ok, err := MayGet(ctx, kube, reader, "/metrics")
+		if err != nil && ctx.Err() == nil {
+			last = err // a request cut short by the deadline says nothing
+		}
+		allowed = ok
+		return allowed, nil
+	})
+	if !allowed {
+		t.Fatalf("the API server does not let %s-reader, bound to bar-controller-metrics-reader, get /metrics after 30 s (last request error: %v)", prefix, last)
+	}
 	return reader, nobody
+}
+
+// MayGet asks the API server, as the controller's metrics filter does (a
+// TokenReview, then a SubjectAccessReview for the user it names), whether
+// the bearer of token may get the non-resource URL path.
+func MayGet(ctx context.Context, kube kubernetes.Interface, token, path string) (bool, error) {
+	review, err := kube.AuthenticationV1().TokenReviews().Create(ctx,
+		&authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: token}}, metav1.CreateOptions{})
+	if err != nil || !review.Status.Authenticated {
+		return false, err
+	}
+	user := review.Status.User
+	extra := map[string]authorizationv1.ExtraValue{}
+	for k, v := range user.Extra {
+		extra[k] = authorizationv1.ExtraValue(v)
+	}
+	sar, err := kube.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
+		Spec: authorizationv1.SubjectAccessReviewSpec{
+			User: user.Username, UID: user.UID, Groups: user.Groups, Extra: extra,
+			NonResourceAttributes: &authorizationv1.NonResourceAttributes{Path: path, Verb: "get"},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return false, err
+	}
+	return sar.Status.Allowed && !sar.Status.Denied, nil
 }
 
 // StatusOf GETs url, with token as the bearer token if it is not empty,

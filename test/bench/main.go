@@ -49,6 +49,7 @@ func main() {
 		logDir     = flag.String("log-dir", "_output/bench", "where the controllers' logs go")
 		split      = flag.Int("breakdown", 0, "instead of the scenarios: with this many Bars, the API server CPU of the floor and of variants that each add one of the controller's differences (breakdown.go); prints a table")
 		rounds     = flag.Int("breakdown-rounds", 3, "rounds of --breakdown, its variants interleaved")
+		runs       = flag.Int("runs", 2, "controller runs per scenario, each between two floors (so runs+1 floors)")
 	)
 	flag.Parse()
 	if *binDir == "" {
@@ -71,7 +72,11 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	controllerPath, _ := filepath.Abs(*controller)
-	s := scenario{binDir: *binDir, crdDir: *crdDir, controller: controllerPath, inflight: *inflight, idleResync: *idle, logDir: *logDir}
+	if *runs < 1 {
+		fmt.Fprintln(os.Stderr, "bench: --runs must be at least 1")
+		os.Exit(2)
+	}
+	s := scenario{binDir: *binDir, crdDir: *crdDir, controller: controllerPath, inflight: *inflight, idleResync: *idle, logDir: *logDir, rounds: *runs}
 
 	if *split > 0 {
 		table, err := breakdown(ctx, s, *split, *rounds)
@@ -98,8 +103,8 @@ func main() {
 			fmt.Fprintf(os.Stderr, "bench: %d Bars: %v\n", p[0], err)
 			os.Exit(1)
 		}
-		fmt.Fprintf(os.Stderr, "bench:   floor %v, controller %v (%.2fx), %.2f writes per Bar, idle writes %v, peak RSS %.1f MB, live heap %.1f MB\n",
-			r.Floor.Round(time.Millisecond), r.Controller.Round(time.Millisecond), ratio(r),
+		fmt.Fprintf(os.Stderr, "bench:   floors %v, controller runs %v (medians %.2fx), Events written %v after convergence, %.2f writes per Bar, idle writes %v, peak RSS %.1f MB, live heap %.1f MB\n",
+			r.Floors, r.Controllers, ratio(r), r.EventsAfter,
 			r.DeploymentWrites+r.StatusWrites+r.EventWrites+r.OtherWrites, r.IdleWrites, mb(r.PeakRSS), mb(r.Heap.Live))
 		results = append(results, r)
 	}
@@ -113,7 +118,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench: plot:", err)
 		os.Exit(1)
 	}
-	if err := os.WriteFile(*out, []byte(report(results, table, filepath.Base(plot), *unrelatedN, *inflight, *idle)), 0o644); err != nil {
+	if err := os.WriteFile(*out, []byte(report(results, table, filepath.Base(plot), *unrelatedN, *inflight, *runs, *idle)), 0o644); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}

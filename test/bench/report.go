@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -30,7 +31,32 @@ import (
 	"gonum.org/v1/plot/vg"
 )
 
-func ratio(r result) float64 { return r.Controller.Seconds() / r.Floor.Seconds() }
+// ratio is the median controller run over the median floor.
+func ratio(r result) float64 { return median(r.Controllers).Seconds() / median(r.Floors).Seconds() }
+
+// serverRatio is the same for the API server's and etcd's CPU.
+func serverRatio(r result) float64 {
+	return median(r.ControllerServerCPU).Seconds() / median(r.FloorServerCPU).Seconds()
+}
+
+func median(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Sorted(slices.Values(ds))
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// spread is "min–max (median m)", or the one value.
+func spread(ds []time.Duration) string {
+	if len(ds) == 1 {
+		return secs(ds[0])
+	}
+	return fmt.Sprintf("%.1f–%.1f s (median %.1f)", slices.Min(ds).Seconds(), slices.Max(ds).Seconds(), median(ds).Seconds())
+}
 
 func mb(b int64) float64 { return float64(b) / (1 << 20) }
 
@@ -40,14 +66,25 @@ func secs(d time.Duration) string { return fmt.Sprintf("%.1f s", d.Seconds()) }
 
 func markdownTable(rs []result) string {
 	var b strings.Builder
-	b.WriteString("| Bars | unrelated Deployments | floor | controller | ÷ floor | writes per Bar: Deployment + status + event (+ other) | idle writes (restart, 2 resyncs) | LIST / WATCH | peak RSS | live heap | CPU | API server + etcd CPU: floor, controller run (÷) |\n")
-	b.WriteString("| ---: | ---: | ---: | ---: | ---: | --- | --- | --- | ---: | ---: | ---: | --- |\n")
+	b.WriteString("| Bars | unrelated Deployments | floor: min–max (median) | controller runs | median ÷ median floor | Events all written, after convergence | writes per Bar: Deployment + status + event (+ other) | idle writes (restart, 2 resyncs) | LIST / WATCH | peak RSS | live heap | CPU | API server + etcd CPU: floors, controller runs (medians ÷) |\n")
+	b.WriteString("| ---: | ---: | --- | --- | ---: | --- | --- | --- | --- | ---: | ---: | ---: | --- |\n")
 	for _, r := range rs {
-		fmt.Fprintf(&b, "| %d | %d | %s | %s | %.2f× | %.2f = %.2f + %.2f + %.2f (+ %.2f) | %s, %s | %s / %s | %.1f MB | %.1f MB | %.1f s | %s, %s (%.2f×) |\n",
-			r.N, r.Unrelated, secs(r.Floor), secs(r.Controller), ratio(r),
+		runs := make([]string, len(r.Controllers))
+		for i, d := range r.Controllers {
+			runs[i] = secs(d)
+		}
+		events := make([]string, len(r.EventsAfter))
+		for i, d := range r.EventsAfter {
+			events[i] = secs(d)
+		}
+		if r.EventsMissing > 0 {
+			events = append(events, fmt.Sprintf("**%v missing**", r.EventsMissing))
+		}
+		fmt.Fprintf(&b, "| %d | %d | %s | %s | %.2f× | %s | %.2f = %.2f + %.2f + %.2f (+ %.2f) | %s, %s | %s / %s | %.1f MB | %.1f MB | %.1f s | %s; %s (%.2f×) |\n",
+			r.N, r.Unrelated, spread(r.Floors), strings.Join(runs, ", "), ratio(r), strings.Join(events, ", "),
 			r.DeploymentWrites+r.StatusWrites+r.EventWrites+r.OtherWrites, r.DeploymentWrites, r.StatusWrites, r.EventWrites, r.OtherWrites,
 			trimFloat(r.RestartWrites), trimFloat(r.IdleWrites), trimFloat(r.Lists), trimFloat(r.Watches), mb(r.PeakRSS), mb(r.Heap.Live), r.CPU.Seconds(),
-			secs(r.FloorServerCPU), secs(r.ControllerServerCPU), r.ControllerServerCPU.Seconds()/r.FloorServerCPU.Seconds())
+			spread(r.FloorServerCPU), spread(r.ControllerServerCPU), serverRatio(r))
 	}
 	return b.String()
 }
@@ -83,7 +120,7 @@ func targets(rs []result, at int) []string {
 	if plain != nil {
 		w := plain.DeploymentWrites + plain.StatusWrites + plain.EventWrites + plain.OtherWrites
 		out = append(out,
-			fmt.Sprintf("converge within 1.5× the floor at %d Bars: %.2f× — %s", at, ratio(*plain), mark(ratio(*plain) <= 1.5)),
+			fmt.Sprintf("converge within 1.5× the floor at %d Bars (medians): %.2f× — %s", at, ratio(*plain), mark(ratio(*plain) <= 1.5)),
 			fmt.Sprintf("at most 3 writes per Bar, its event included: %.2f — %s", w, mark(w <= 3)))
 	}
 	idle := 0.0
@@ -103,7 +140,7 @@ func targets(rs []result, at int) []string {
 	return out
 }
 
-func report(rs []result, table, plotFile string, at, inflight int, idleResync time.Duration) string {
+func report(rs []result, table, plotFile string, at, inflight, runs int, idleResync time.Duration) string {
 	commit, _ := exec.Command("git", "describe", "--always", "--dirty").Output()
 	var b strings.Builder
 	fmt.Fprintf(&b, `# Benchmarks
@@ -111,37 +148,51 @@ func report(rs []result, table, plotFile string, at, inflight int, idleResync ti
 Written by `+"`make bench`"+` (test/bench) on %s, commit %s, %s, %d CPUs:
 etcd and kube-apiserver from bin/k8s-<version>/ on this machine, no
 kube-controller-manager, a fresh control plane per row. bar-controller runs
-with its shipped default flags (only its listen addresses and kubeconfig
-are set, and `+"`--profiling`"+` for the live heap below).
+as in a cluster: under the shipped ServiceAccount and RBAC
+(artifacts/install, a TokenRequest token), so API Priority and Fairness
+puts its requests in the workload-low priority level, and with its shipped
+default flags (only its listen addresses and kubeconfig are set, and
+`+"`--profiling`"+` for the live heap below).
 
-- **floor**: with no controller, a bare client (no rate limit, %s) creates
-  each Bar, creates its Deployment and writes its status — the three writes
-  an ideal controller with zero overhead would cost — after a warm-up of 300.
-- **controller**: the same Bar creates, then until every Bar's Deployment
-  is as desired and its status.observedGeneration current.
+- **floor**: with no controller, a bare client (the admin, exempt from API
+  Priority and Fairness, no rate limit, %s) creates each Bar, creates its
+  Deployment and writes its status — the three writes an ideal controller
+  with zero overhead would cost — after a warm-up of 300. Measured %d
+  times per row, interleaved with the controller runs (floor, run, floor,
+  ...), each in a namespace of its own, emptied after it.
+- **controller runs**: %d per row, each a fresh controller and namespace:
+  the same Bar creates, then until every Bar's Deployment is as desired
+  and its status.observedGeneration current. The ratio is the median run
+  over the median floor.
+- **Events all written**: how long after convergence the API server had
+  received the run's last Event (one per Bar; the recorder writes them
+  after the syncs, at most 4 at a time).
 - **writes** are the API server's own counts (apiserver_request_total) over
-  the controller run, per Bar, the bench's Bar creates taken out.
-- **idle writes**: a second controller, started with a %s resync period over
-  the converged Bars: writes in its first 2 s (the relist), then over two
-  resync periods.
-- **LIST / WATCH**: requests for Bars and Deployments from the controller's
-  start to convergence (with WatchList, the initial list is a WATCH).
-- **peak RSS**: the controller's VmHWM; **CPU**: its user + system time.
+  each controller run until all its Events were written, per Bar (mean of
+  the runs), the bench's Bar creates taken out.
+- **idle writes**: another controller, started with a %s resync period over
+  the last run's converged Bars: writes in its first 2 s (the relist), then
+  over two resync periods.
+- **LIST / WATCH**: requests for Bars and Deployments from the last run's
+  controller's start until it stopped (with WatchList, the initial list is
+  a WATCH).
+- **peak RSS**: the largest VmHWM of the runs' controllers; **CPU**: their
+  mean user + system time.
 - **live heap**: once converged (and the peak read), the in-use bytes of
   the controller's heap profile taken right after a collection: what its
   caches and event series hold. For this the controller runs with
   `+"`--profiling`"+`, which only adds /debug/pprof/ to its metrics endpoint.
   With Go's default GOGC=100 the heap grows to about twice what is live
   between collections, which peak RSS includes.
-- **API server + etcd CPU**: what kube-apiserver and etcd spent over the
-  floor and over the controller run (user + system). Their ratio is the
-  work the controller run asks of the API server, per unit of the
-  floor's; on 2 cores shared with the controller itself, the converge
-  ratio cannot drop far below it.
+- **API server + etcd CPU**: what kube-apiserver and etcd spent over each
+  floor and each controller run (user + system). The ratio of their
+  medians is the work a controller run asks of the API server, per unit
+  of the floor's; on 2 cores shared with the controller itself, the
+  converge ratio cannot drop far below it.
 
-Absolute seconds on a shared 2-core machine vary by tens of percent between
-runs; the ratio to the floor, measured minutes apart on the same API
-server, much less.
+Seconds on a shared 2-core machine vary between runs, the floor's too:
+the spread of the floors in each row says by how much, and a ratio is no
+steadier than the floor it divides by.
 
 %s
 ![converge time against the floor](%s)
@@ -149,7 +200,7 @@ server, much less.
 ## Targets
 
 `, time.Now().UTC().Format("2006-01-02 15:04 MST"), strings.TrimSpace(string(commit)), runtime.Version(), runtime.NumCPU(),
-		fmt.Sprintf("%d requests in flight", inflight), idleResync, table, plotFile)
+		fmt.Sprintf("%d requests in flight", inflight), runs+1, runs, idleResync, table, plotFile)
 	for _, t := range targets(rs, at) {
 		fmt.Fprintf(&b, "- %s\n", t)
 	}
@@ -168,14 +219,14 @@ func writePlot(path string, rs []result) error {
 	p := plot.New()
 	p.Title.Text = "Bars converged: bar-controller against the floor"
 	p.X.Label.Text = "Bars"
-	p.Y.Label.Text = "seconds from the first create"
+	p.Y.Label.Text = "seconds from the first create (median)"
 	var floor, ctl plotter.XYs
 	for _, r := range rs {
 		if r.Unrelated != 0 {
 			continue
 		}
-		floor = append(floor, plotter.XY{X: float64(r.N), Y: r.Floor.Seconds()})
-		ctl = append(ctl, plotter.XY{X: float64(r.N), Y: r.Controller.Seconds()})
+		floor = append(floor, plotter.XY{X: float64(r.N), Y: median(r.Floors).Seconds()})
+		ctl = append(ctl, plotter.XY{X: float64(r.N), Y: median(r.Controllers).Seconds()})
 	}
 	if err := plotutil.AddLinePoints(p, "floor (3 writes per Bar, bare client)", floor, "bar-controller (default flags)", ctl); err != nil {
 		return err

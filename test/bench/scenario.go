@@ -30,7 +30,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	kubeinformers "k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -46,31 +45,39 @@ import (
 // result is one scenario's measurements.
 type result struct {
 	N, Unrelated int
-	// Floor and Controller are the times from the first create until
+	// Floors and Controllers are the times from the first create until
 	// every Bar is done: for the floor, its three writes returned; for the
 	// controller, its Deployment is as desired and its status current.
-	Floor, Controller time.Duration
-	// Writes are the controller run's writes by kind, per Bar, from the
-	// API server's counters (the Bar creates excluded).
+	// They ran interleaved on one control plane: floor, controller run,
+	// floor, ..., floor, so that a drift of the machine shows in both.
+	Floors, Controllers []time.Duration
+	// EventsAfter is, per controller run, how long after convergence the
+	// last of its Events (one per Bar) was written; EventsMissing counts
+	// those still missing after eventsTimeout.
+	EventsAfter   []time.Duration
+	EventsMissing float64
+	// Writes are the controller runs' writes by kind, per Bar (the mean
+	// over the runs), from the API server's counters (the Bar creates
+	// excluded), counted once every Event has been written.
 	DeploymentWrites, StatusWrites, EventWrites, OtherWrites float64
 	WritesDetail                                             string
-	// RestartWrites are the writes of a second controller started over
-	// the converged Bars (a relist); IdleWrites those over two of its
-	// resync periods with nothing changing.
+	// RestartWrites are the writes of a controller started over the
+	// converged Bars of the last run (a relist); IdleWrites those over two
+	// of its resync periods with nothing changing.
 	RestartWrites, IdleWrites float64
-	// Lists and Watches are what the controller asked of the API server
-	// for Bars and Deployments, from its start until convergence.
+	// Lists and Watches are what the last run's controller asked of the
+	// API server for Bars and Deployments, from its start until it stopped.
 	Lists, Watches float64
-	// PeakRSS is the controller's VmHWM; CPU its user+system time.
+	// PeakRSS is the largest VmHWM of the runs' controllers; CPU their
+	// mean user+system time.
 	PeakRSS int64
 	CPU     time.Duration
-	// Heap is the controller's live heap once converged (heap.go).
+	// Heap is the last run's controller's live heap once converged (heap.go).
 	Heap heapSummary
 	// FloorServerCPU and ControllerServerCPU are what kube-apiserver and
-	// etcd spent (user+system) over the floor and over the controller
-	// run: the work each asked of the API server, which timing noise
-	// does not change.
-	FloorServerCPU, ControllerServerCPU time.Duration
+	// etcd spent (user+system) over each floor and each controller run:
+	// the work each asked of the API server.
+	FloorServerCPU, ControllerServerCPU []time.Duration
 }
 
 type scenario struct {
@@ -78,7 +85,13 @@ type scenario struct {
 	inflight                   int
 	idleResync                 time.Duration
 	logDir                     string
+	// rounds is the number of controller runs per scenario, each between
+	// two floors.
+	rounds int
 }
+
+// eventsTimeout bounds the wait for a run's Events after convergence.
+const eventsTimeout = 2 * time.Minute
 
 func (s scenario) run(ctx context.Context, n, unrelated int) (r result, err error) {
 	r.N, r.Unrelated = n, unrelated
@@ -87,161 +100,95 @@ func (s scenario) run(ctx context.Context, n, unrelated int) (r result, err erro
 		return r, err
 	}
 	defer os.RemoveAll(dir)
+	root, err := testcluster.ModuleRoot()
+	if err != nil {
+		return r, err
+	}
 	c, err := testcluster.Start(ctx, testcluster.Options{BinDir: s.binDir, Dir: dir, CRDs: []string{s.crdDir}})
 	if err != nil {
 		return r, err
 	}
 	defer c.Stop()
+	// The controller runs as it does in a cluster: the shipped
+	// ServiceAccount and RBAC, in API Priority and Fairness's workload-low
+	// level, which its default --kube-api-qps=-1 relies on as its only
+	// limit. The admin (system:masters) would be exempt from APF.
+	kubeconfig := filepath.Join(dir, "controller.kubeconfig")
+	if _, err := c.InstallServiceAccount(ctx, root, kubeconfig, 3*time.Hour); err != nil {
+		return r, fmt.Errorf("the controller's ServiceAccount: %w", err)
+	}
 	// The bench's own client is never the bottleneck: no client-side limit.
 	cfg := rest.CopyConfig(c.Config)
 	cfg.QPS, cfg.Burst = -1, 0
-	kube := kubernetes.NewForConfigOrDie(cfg)
-	bars := clientset.NewForConfigOrDie(cfg)
-	for _, ns := range []string{"warmup", "floor", "bench"} {
-		if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-			return r, err
-		}
-	}
+	w := writers{kube: kubernetes.NewForConfigOrDie(cfg), bars: clientset.NewForConfigOrDie(cfg)}
 	if unrelated > 0 {
-		if err := createUnrelated(ctx, kube, unrelated, s.inflight); err != nil {
+		if err := createUnrelated(ctx, w.kube, unrelated, s.inflight); err != nil {
 			return r, fmt.Errorf("unrelated Deployments: %w", err)
 		}
 	}
 	// Warm-up: the API server's caches, connections and the CRD's
 	// handlers, before anything is timed.
-	if err := runFloor(ctx, writers{kube, bars}, "warmup", 300, s.inflight); err != nil {
+	if err := createNamespace(ctx, w.kube, "warmup"); err != nil {
+		return r, err
+	}
+	if err := runFloor(ctx, w, "warmup", 300, s.inflight); err != nil {
 		return r, fmt.Errorf("warm-up: %w", err)
 	}
-	if err := clean(ctx, kube, bars, "warmup"); err != nil {
+	if err := clean(ctx, w.kube, w.bars, "warmup"); err != nil {
 		return r, err
 	}
 
-	cpu0, err := serverCPU(c)
-	if err != nil {
-		return r, err
+	for i := 0; ; i++ {
+		took, cpu, err := s.floor(ctx, c, w, fmt.Sprintf("floor-%d", i), n)
+		if err != nil {
+			return r, fmt.Errorf("floor %d: %w", i, err)
+		}
+		r.Floors, r.FloorServerCPU = append(r.Floors, took), append(r.FloorServerCPU, cpu)
+		if i == s.rounds {
+			break
+		}
+		if err := s.controllerRun(ctx, c, w, kubeconfig, &r, i); err != nil {
+			return r, fmt.Errorf("controller run %d: %w", i, err)
+		}
 	}
-	start := time.Now()
-	if err := runFloor(ctx, writers{kube, bars}, "floor", n, s.inflight); err != nil {
-		return r, fmt.Errorf("floor: %w", err)
-	}
-	r.Floor = time.Since(start)
-	cpu1, err := serverCPU(c)
-	if err != nil {
-		return r, err
-	}
-	r.FloorServerCPU = cpu1 - cpu0
-	if err := clean(ctx, kube, bars, "floor"); err != nil {
-		return r, err
-	}
-
-	// The controller with its shipped defaults; only where it listens
-	// and which API server it talks to are set.
-	before, err := scrapeRequests(c)
-	if err != nil {
-		return r, err
-	}
-	ctl, metricsAddr, err := s.startController(c, "controller", "--profiling")
-	if err != nil {
-		return r, err
-	}
-	defer ctl.Stop(30 * time.Second)
-	watcher, err := watchConvergence(ctx, c.Config, "bench")
-	if err != nil {
-		return r, err
-	}
-	defer watcher.stop()
-	atStart, err := scrapeRequests(c)
-	if err != nil {
-		return r, err
-	}
-	if cpu0, err = serverCPU(c); err != nil {
-		return r, err
-	}
-	start = time.Now()
-	if err := createBars(ctx, bars, "bench", n, s.inflight); err != nil {
-		return r, err
-	}
-	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Minute, true, func(context.Context) (bool, error) {
-		return watcher.converged() == n, nil
-	}); err != nil {
-		return r, fmt.Errorf("waiting for %d Bars to converge (%d did): %w", n, watcher.converged(), err)
-	}
-	r.Controller = time.Since(start)
-	if cpu1, err = serverCPU(c); err != nil {
-		return r, err
-	}
-	r.ControllerServerCPU = cpu1 - cpu0
-	// Events are written asynchronously by the recorder: let them land.
-	time.Sleep(2 * time.Second)
-	after, err := scrapeRequests(c)
-	if err != nil {
-		return r, err
-	}
-	run := after.since(atStart)
-	run["POST bars"] -= float64(n) // the bench's own creates
-	per := func(keep func(string) bool) float64 { return run.writes(keep) / float64(n) }
-	r.DeploymentWrites = per(func(res string) bool { return res == "deployments" })
-	r.StatusWrites = per(func(res string) bool { return res == "bars/status" })
-	r.EventWrites = per(func(res string) bool { return res == "events" })
-	r.OtherWrites = per(func(res string) bool { return res != "deployments" && res != "bars/status" && res != "events" })
-	r.WritesDetail = run.describe()
-	if r.PeakRSS, r.CPU, err = usage(ctl.Pid()); err != nil {
-		return r, err
-	}
-	// After the peak is read: the profile's collection cannot lower it.
-	if r.Heap, err = liveHeap(ctx, metricsAddr, c.Config.BearerToken, 6); err != nil {
-		return r, err
-	}
-	// The API server counts a WATCH when it ends: stop the bench's own
-	// watcher (one watch of Bars, one of Deployments) and the controller
-	// first, then count.
-	watcher.stop()
-	ctl.Stop(30 * time.Second)
-	time.Sleep(time.Second)
-	stopped, err := scrapeRequests(c)
-	if err != nil {
-		return r, err
-	}
-	reads := stopped.since(before)
-	ours := func(res string) bool { return res == "bars" || res == "deployments" }
-	r.Lists, r.Watches = reads.count("LIST", ours), reads.count("WATCH", ours)-2
-
-	// Idle: a controller with a short resync period over converged Bars
-	// must write nothing, neither when it starts (its relist) nor when
-	// its resyncs re-check every Bar.
-	beforeRestart, err := scrapeRequests(c)
-	if err != nil {
-		return r, err
-	}
-	idle, _, err := s.startController(c, "idle", "--resync-period="+s.idleResync.String())
-	if err != nil {
-		return r, err
-	}
-	defer idle.Stop(30 * time.Second)
-	time.Sleep(2 * time.Second) // the first syncs after the relist
-	atIdle, err := scrapeRequests(c)
-	if err != nil {
-		return r, err
-	}
-	time.Sleep(2*s.idleResync + time.Second)
-	end, err := scrapeRequests(c)
-	if err != nil {
-		return r, err
-	}
-	all := func(string) bool { return true }
-	r.RestartWrites = atIdle.since(beforeRestart).writes(all)
-	r.IdleWrites = end.since(atIdle).writes(all)
 	return r, nil
 }
 
-// startController starts bar-controller against c, waits for /readyz and
+func createNamespace(ctx context.Context, kube kubernetes.Interface, name string) error {
+	_, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	return err
+}
+
+// floor runs the floor in a namespace of its own, then removes what it
+// made, and returns its time and the API server's CPU over it.
+func (s scenario) floor(ctx context.Context, c *testcluster.Cluster, w writers, ns string, n int) (time.Duration, time.Duration, error) {
+	if err := createNamespace(ctx, w.kube, ns); err != nil {
+		return 0, 0, err
+	}
+	cpu0, err := serverCPU(c)
+	if err != nil {
+		return 0, 0, err
+	}
+	start := time.Now()
+	if err := runFloor(ctx, w, ns, n, s.inflight); err != nil {
+		return 0, 0, err
+	}
+	took := time.Since(start)
+	cpu1, err := serverCPU(c)
+	if err != nil {
+		return 0, 0, err
+	}
+	return took, cpu1 - cpu0, clean(ctx, w.kube, w.bars, ns)
+}
+
+// startController starts bar-controller with kubeconfig, waits for /readyz and
 // returns the address of its metrics endpoint.
-func (s scenario) startController(c *testcluster.Cluster, name string, extra ...string) (*testcluster.Process, string, error) {
+func (s scenario) startController(kubeconfig, name string, extra ...string) (*testcluster.Process, string, error) {
 	addrs, err := testcluster.FreeAddrs(2)
 	if err != nil {
 		return nil, "", err
 	}
-	args := append([]string{"--kubeconfig=" + c.Kubeconfig, "--metrics-bind-address=" + addrs[0], "--health-probe-bind-address=" + addrs[1]}, extra...)
+	args := append([]string{"--kubeconfig=" + kubeconfig, "--metrics-bind-address=" + addrs[0], "--health-probe-bind-address=" + addrs[1]}, extra...)
 	p, err := testcluster.StartProcess(name, s.controller, filepath.Join(s.logDir, name+".log"), nil, args...)
 	if err != nil {
 		return nil, "", err

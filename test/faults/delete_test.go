@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -49,10 +50,7 @@ func TestTwoThousandBarsDeletedAtOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	events, err := e.kube.CoreV1().Events(e.ns).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	events := eventVersions(t, e)
 
 	// All but the blocked one, which must stay as it is.
 	deleteAt := time.Now()
@@ -103,17 +101,9 @@ func TestTwoThousandBarsDeletedAtOnce(t *testing.T) {
 	if n := syncErrors(m) - syncErrors(base); n != 0 {
 		t.Errorf("%v sync errors after the Bars were deleted, want 0:%s", n, c.LogTail(20))
 	}
-	after, err := e.kube.CoreV1().Events(e.ns).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	seen := map[string]int32{}
-	for _, ev := range events.Items {
-		seen[ev.Name] = ev.Count
-	}
-	for _, ev := range after.Items {
-		if count, ok := seen[ev.Name]; (!ok || count != ev.Count) && ev.InvolvedObject.Name != "after-delete" {
-			t.Errorf("Event after the delete: %s %s on %s: %s", ev.Type, ev.Reason, ev.InvolvedObject.Name, ev.Message)
+	for _, ev := range newEvents(t, e, events) {
+		if ev.Regarding.Name != "after-delete" {
+			t.Errorf("Event after the delete: %s %s on %s: %s (series %v)", ev.Type, ev.Reason, ev.Regarding.Name, ev.Note, ev.Series)
 		}
 	}
 	// Nothing touched the orphaned Deployments either (not even a status or
@@ -157,4 +147,39 @@ func (c *controller) waitDrained(t *testing.T, since time.Time) time.Duration {
 func queueAdds(m testcluster.Metrics) float64 {
 	v, _ := m.Value("workqueue_adds_total", map[string]string{"name": "bars"})
 	return v
+}
+
+// eventVersions is the resourceVersion of every Event in e's namespace, by
+// name. The controller writes events.k8s.io/v1 Events: a repeat turns the
+// first into a series and patches its series.count and lastObservedTime,
+// leaving the core/v1 count (deprecatedCount) as it was, so only the
+// resourceVersion tells every write apart.
+func eventVersions(t *testing.T, e *env) map[string]string {
+	t.Helper()
+	list, err := e.kube.EventsV1().Events(e.ns).List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rv := map[string]string{}
+	for _, ev := range list.Items {
+		rv[ev.Name] = ev.ResourceVersion
+	}
+	return rv
+}
+
+// newEvents returns the Events in e's namespace written since before (by
+// eventVersions): new ones and repeats of old ones.
+func newEvents(t *testing.T, e *env, before map[string]string) []eventsv1.Event {
+	t.Helper()
+	list, err := e.kube.EventsV1().Events(e.ns).List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []eventsv1.Event
+	for _, ev := range list.Items {
+		if rv, ok := before[ev.Name]; !ok || rv != ev.ResourceVersion {
+			out = append(out, ev)
+		}
+	}
+	return out
 }

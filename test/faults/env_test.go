@@ -189,7 +189,10 @@ func (e *env) startController(t *testing.T, name string, flags ...string) *contr
 	}
 	args := append([]string{"--kubeconfig=" + e.cluster.Kubeconfig,
 		"--metrics-bind-address=" + addrs[0], "--health-probe-bind-address=" + addrs[1]}, flags...)
-	p, err := testcluster.StartProcess(name, controllerBinary, filepath.Join(e.dir, name+".log"), nil, args...)
+	// With -race (make test), the race runtime sleeps 1 s before it exits
+	// by default: the cases time exits, so the sleep is turned off.
+	p, err := testcluster.StartProcess(name, controllerBinary, filepath.Join(e.dir, name+".log"),
+		[]string{"GORACE=atexit_sleep_ms=0"}, args...)
 	if err != nil {
 		t.Fatal(err)
 	}

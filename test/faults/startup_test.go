@@ -158,7 +158,18 @@ func TestSIGTERMWhileAPIServerDown(t *testing.T) {
 	if code := c.State().ExitCode(); code != 0 {
 		t.Errorf("exit code %d after SIGTERM, want 0:%s", code, c.LogTail(20))
 	}
-	if took > 7*time.Second {
-		t.Errorf("exit %v after SIGTERM, want within 7 s:%s", took, c.LogTail(20))
+	if bound := informerShutdownTimeout + exitSlack; took > bound {
+		t.Errorf("exit %v after SIGTERM, want within %v (the informers' %v, plus %v for the rest):%s",
+			took, bound, informerShutdownTimeout, exitSlack, c.LogTail(20))
 	}
 }
+
+// informerShutdownTimeout is main.go's bound on waiting for the informers
+// at exit, which this case holds the controller to; exitSlack is what the
+// rest of the shutdown (the HTTP servers, the process exit) may add. Under
+// make test the binary has the race detector, whose default 1 s sleep at
+// exit startController turns off (GORACE), so it counts for nothing here.
+const (
+	informerShutdownTimeout = 5 * time.Second
+	exitSlack               = 500 * time.Millisecond
+)

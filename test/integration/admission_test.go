@@ -94,10 +94,13 @@ func TestMutatingAdmissionDoesNotStartAFight(t *testing.T) {
 
 	quiet := func(when string) {
 		t.Helper()
-		before := env.writes(t, ns)
+		before, syncs := env.writes(t, ns), env.syncs(t, ns, "mirrored")
 		time.Sleep(3*testResync + 500*time.Millisecond)
 		if w := env.writes(t, ns)[len(before):]; len(w) > 0 {
 			t.Errorf("%s: the controller wrote %d times over three resync periods: %v", when, len(w), w)
+		}
+		if n := env.syncs(t, ns, "mirrored") - syncs; n < 2 {
+			t.Errorf("%s: %d syncs of the Bar in three resync periods: the window proves nothing", when, n)
 		}
 	}
 	quiet("after convergence")

@@ -34,11 +34,9 @@ import (
 	"testing"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/utils/ptr"
 
 	"github.com/barcontroller/bar-controller/internal/testcluster"
 	clientset "github.com/barcontroller/bar-controller/pkg/generated/clientset/versioned"
@@ -51,11 +49,15 @@ import (
 // The controller's identity: the ServiceAccount artifacts/install creates,
 // with the ClusterRole it ships. The audit log tells its writes apart from
 // the tests' own by this name.
-const controllerUser = "system:serviceaccount:bar-controller:bar-controller"
+const controllerUser = testcluster.ControllerUser
 
 // testResync is short so that resyncs happen inside the windows in which
 // the tests count writes.
 const testResync = time.Second
+
+// traceTestBars makes the controller log every step for the tests' Bars
+// (setupIntegration's namespaces), which syncs counts per Bar.
+const traceTestBars = "bar-it-*/*"
 
 type integrationEnv struct {
 	cluster    *testcluster.Cluster
@@ -160,19 +162,8 @@ func startIntegrationEnv() (_ *integrationEnv, err error) {
 
 	// The shipped namespace, ServiceAccount and RBAC, not the Deployment:
 	// the controller runs here as a process, with that identity.
-	for _, f := range []string{"namespace.yaml", "rbac.yaml"} {
-		if _, err := env.cluster.Kubectl(ctx, "apply", "--server-side", "-f", filepath.Join(root, "artifacts", "install", f)); err != nil {
-			return nil, err
-		}
-	}
-	tr, err := env.kube.CoreV1().ServiceAccounts("bar-controller").CreateToken(ctx, "bar-controller",
-		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3 * 3600)}},
-		metav1.CreateOptions{})
-	if err != nil {
-		return nil, err
-	}
 	kubeconfig := filepath.Join(dir, "controller.kubeconfig")
-	if _, err := env.cluster.WriteKubeconfig(kubeconfig, tr.Status.Token); err != nil {
+	if _, err := env.cluster.InstallServiceAccount(ctx, root, kubeconfig, 3*time.Hour); err != nil {
 		return nil, err
 	}
 
@@ -187,7 +178,7 @@ func startIntegrationEnv() (_ *integrationEnv, err error) {
 		log := filepath.Join(dir, "logs", fmt.Sprintf("bar-controller-%d.log", starts))
 		p, err := testcluster.StartProcess("bar-controller", binary, log,
 			append(os.Environ(), "GORACE=atexit_sleep_ms=0"),
-			"--kubeconfig="+kubeconfig, "-v=2", "--resync-period="+testResync.String(),
+			"--kubeconfig="+kubeconfig, "-v=2", "--resync-period="+testResync.String(), "--trace="+traceTestBars,
 			"--metrics-bind-address="+addrs[0], "--metrics-secure=false", "--health-probe-bind-address="+addrs[1])
 		if err != nil {
 			return err
@@ -243,14 +234,24 @@ func (e *integrationEnv) writes(t *testing.T, ns string) []string {
 	return out
 }
 
-// syncs is the controller's count of finished syncs, from its metrics.
-func (e *integrationEnv) syncs(t *testing.T) float64 {
+// syncs is how many syncs of the Bar ns/name the controller has finished
+// so far, whatever their result, by its --trace log lines ("Sync done",
+// trace.go). The tests run in parallel on one controller, so only the
+// Bar's own syncs show that a window in which it wrote nothing was one in
+// which it looked: bar_controller_syncs_total counts every test's Bars.
+func (e *integrationEnv) syncs(t *testing.T, ns, name string) int {
 	t.Helper()
-	m, err := testcluster.Scrape(http.DefaultClient, e.metricsURL, "")
+	data, err := os.ReadFile(e.controller.LogPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, _ := m.Value("bar_controller_syncs_total", nil)
+	bar := fmt.Sprintf("bar=%q", ns+"/"+name)
+	n := 0
+	for line := range strings.Lines(string(data)) {
+		if strings.Contains(line, `"Sync done"`) && strings.Contains(line, bar) {
+			n++
+		}
+	}
 	return n
 }
 

@@ -48,7 +48,9 @@ var (
 )
 
 // install applies artifacts/ as the README says, through a kustomization
-// whose only change is the image: the one TestMain built and imported.
+// whose only changes are the image (the one TestMain built and imported)
+// and --trace for the tests' own Bars, so that a slow converge finds every
+// step the controller took for them in its log (explainSlow).
 func install(t *testing.T, e *env) {
 	t.Helper()
 	installOnce.Do(func() { installErr = apply(t, e) })
@@ -73,7 +75,15 @@ images:
 - name: bar-controller
   newName: %s
   newTag: %s
-`, base, strings.Split(controllerRef, ":")[0], strings.Split(controllerRef, ":")[1])
+patches:
+- target:
+    kind: Deployment
+    name: bar-controller
+  patch: |
+    - op: add
+      path: /spec/template/spec/containers/0/args/-
+      value: --trace=%s/*
+`, base, strings.Split(controllerRef, ":")[0], strings.Split(controllerRef, ":")[1], barNamespaces)
 	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(kustomization), 0o644); err != nil {
 		return err
 	}
@@ -195,7 +205,7 @@ func TestBarsConvergeWithRealPods(t *testing.T) {
 	e := requireNode(t)
 	install(t, e)
 	ctx := t.Context()
-	ns, err := e.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "bar-node-"}}, metav1.CreateOptions{})
+	ns, err := e.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: barNamespacePrefix}}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,10 +221,15 @@ func TestBarsConvergeWithRealPods(t *testing.T) {
 		bar, err = e.bars.BarcontrollerV1alpha1().Bars(ns.Name).Get(ctx, bar.Name, metav1.GetOptions{})
 		return err == nil && bar.Status.ObservedGeneration == bar.Generation && bar.Status.AvailableReplicas == 2, err
 	})
+	took := time.Since(start)
+	podStages(t, e, ns.Name, start)
+	if err != nil || took > slowConverge {
+		explainSlow(t, e, ns.Name, start)
+	}
 	if err != nil {
 		t.Fatalf("waiting for status.availableReplicas 2: %v (status %+v)", err, bar.Status)
 	}
-	t.Logf("Bar created -> status.availableReplicas 2: %v", time.Since(start).Round(time.Millisecond))
+	t.Logf("Bar created -> status.availableReplicas 2: %v", took.Round(time.Millisecond))
 
 	// The Pods answer: their containers run test/images/app.
 	pods, err := e.kube.CoreV1().Pods(ns.Name).List(ctx, metav1.ListOptions{})

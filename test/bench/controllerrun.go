@@ -1,0 +1,171 @@
+/*
+Copyright The bar-controller Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/barcontroller/bar-controller/internal/testcluster"
+)
+
+// controllerRun is run i of the controller, in a namespace of its own:
+// the same Bar creates as the floor's, until all converged and all their
+// Events are written. The last run is followed by the idle check; then
+// the Bars and Deployments go, so that the next floor starts from what
+// this one did.
+func (s scenario) controllerRun(ctx context.Context, c *testcluster.Cluster, w writers, kubeconfig string, r *result, i int) error {
+	ns, n := fmt.Sprintf("bench-%d", i), r.N
+	last := i == s.rounds-1
+	if err := createNamespace(ctx, w.kube, ns); err != nil {
+		return err
+	}
+	// The controller with its shipped defaults; only where it listens,
+	// which API server it talks to and as whom are set.
+	before, err := scrapeRequests(c)
+	if err != nil {
+		return err
+	}
+	ctl, metricsAddr, err := s.startController(kubeconfig, fmt.Sprintf("controller-%d", i), "--profiling")
+	if err != nil {
+		return err
+	}
+	defer ctl.Stop(30 * time.Second)
+	watcher, err := watchConvergence(ctx, c.Config, ns)
+	if err != nil {
+		return err
+	}
+	defer watcher.stop()
+	atStart, err := scrapeRequests(c)
+	if err != nil {
+		return err
+	}
+	cpu0, err := serverCPU(c)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	if err := createBars(ctx, w.bars, ns, n, s.inflight); err != nil {
+		return err
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Minute, true, func(context.Context) (bool, error) {
+		return watcher.converged() == n, nil
+	}); err != nil {
+		return fmt.Errorf("waiting for %d Bars to converge (%d did): %w", n, watcher.converged(), err)
+	}
+	converged := time.Now()
+	r.Controllers = append(r.Controllers, converged.Sub(start))
+	cpu1, err := serverCPU(c)
+	if err != nil {
+		return err
+	}
+	r.ControllerServerCPU = append(r.ControllerServerCPU, cpu1-cpu0)
+
+	// The recorder writes Events on its own, after the syncs: wait for
+	// all n (one per new Bar), then count every write.
+	isEvent := func(res string) bool { return res == "events" }
+	var after requests
+	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, eventsTimeout, true, func(context.Context) (bool, error) {
+		var err error
+		after, err = scrapeRequests(c)
+		return err == nil && after.since(atStart).writes(isEvent) >= float64(n), err
+	})
+	if after == nil {
+		return err
+	}
+	r.EventsAfter = append(r.EventsAfter, time.Since(converged))
+	if missing := float64(n) - after.since(atStart).writes(isEvent); missing > 0 {
+		r.EventsMissing += missing
+		fmt.Fprintf(os.Stderr, "bench: run %d: %v of %d Events not written %v after convergence\n", i, missing, n, eventsTimeout)
+	}
+	run := after.since(atStart)
+	run["POST bars"] -= float64(n) // the bench's own creates
+	per := func(keep func(string) bool) float64 { return run.writes(keep) / float64(n) / float64(s.rounds) }
+	r.DeploymentWrites += per(func(res string) bool { return res == "deployments" })
+	r.StatusWrites += per(func(res string) bool { return res == "bars/status" })
+	r.EventWrites += per(isEvent)
+	r.OtherWrites += per(func(res string) bool { return res != "deployments" && res != "bars/status" && res != "events" })
+	if detail := run.describe(); r.WritesDetail == "" {
+		r.WritesDetail = detail
+	} else if detail != r.WritesDetail {
+		r.WritesDetail += "; run " + fmt.Sprint(i) + ": " + detail
+	}
+	rss, cpu, err := usage(ctl.Pid())
+	if err != nil {
+		return err
+	}
+	r.PeakRSS = max(r.PeakRSS, rss)
+	r.CPU += cpu / time.Duration(s.rounds)
+	// After the peak is read: the profile's collection cannot lower it.
+	// The admin may get the profile; the bench is its only reader.
+	if r.Heap, err = liveHeap(ctx, metricsAddr, c.Config.BearerToken, 6); err != nil {
+		return err
+	}
+	// The API server counts a WATCH when it ends: stop the bench's own
+	// watcher (one watch of Bars, one of Deployments) and the controller
+	// first, then count.
+	watcher.stop()
+	ctl.Stop(30 * time.Second)
+	time.Sleep(time.Second)
+	stopped, err := scrapeRequests(c)
+	if err != nil {
+		return err
+	}
+	reads := stopped.since(before)
+	ours := func(res string) bool { return res == "bars" || res == "deployments" }
+	r.Lists, r.Watches = reads.count("LIST", ours), reads.count("WATCH", ours)-2
+
+	if last {
+		if err := s.idle(c, kubeconfig, r); err != nil {
+			return err
+		}
+	}
+	return clean(ctx, w.kube, w.bars, ns)
+}
+
+// idle: a controller with a short resync period over converged Bars
+// must write nothing, neither when it starts (its relist) nor when its
+// resyncs re-check every Bar.
+func (s scenario) idle(c *testcluster.Cluster, kubeconfig string, r *result) error {
+	beforeRestart, err := scrapeRequests(c)
+	if err != nil {
+		return err
+	}
+	idle, _, err := s.startController(kubeconfig, "idle", "--resync-period="+s.idleResync.String())
+	if err != nil {
+		return err
+	}
+	defer idle.Stop(30 * time.Second)
+	time.Sleep(2 * time.Second) // the first syncs after the relist
+	atIdle, err := scrapeRequests(c)
+	if err != nil {
+		return err
+	}
+	time.Sleep(2*s.idleResync + time.Second)
+	end, err := scrapeRequests(c)
+	if err != nil {
+		return err
+	}
+	all := func(string) bool { return true }
+	r.RestartWrites = atIdle.since(beforeRestart).writes(all)
+	r.IdleWrites = end.since(atIdle).writes(all)
+	return nil
+}
