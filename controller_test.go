@@ -24,7 +24,9 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	core "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2/ktesting"
@@ -342,4 +344,27 @@ func TestRenameOntoForeignDeploymentKeepsOldOne(t *testing.T) {
 	f.actions = append(f.actions, applyStatusAction(bar, 0, metav1.ConditionFalse, barv1alpha1.ReasonDeploymentNotOwned, msg, fixedNow))
 	f.events = []string{"Warning DeploymentNotOwned " + msg}
 	f.run(ctx, keyOf(bar))
+}
+
+// A Bar in a namespace being deleted: the API server refuses to create the
+// Deployment, and the controller does not retry (the Bar goes with the
+// namespace) or write a status about it.
+func TestTerminatingNamespaceIsNotRetried(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f := newFixture(t)
+	bar := newBar("test", "web", 1)
+	f.bars = append(f.bars, bar)
+	c := f.newController(ctx)
+	f.kubeclient.PrependReactor("patch", "deployments", func(core.Action) (bool, runtime.Object, error) {
+		err := apierrors.NewForbidden(appsv1.Resource("deployments"), "web",
+			fmt.Errorf("unable to create new content in namespace default because it is being terminated"))
+		err.ErrStatus.Details.Causes = []metav1.StatusCause{{Type: corev1.NamespaceTerminatingCause, Field: "default"}}
+		return true, nil, err
+	})
+	if err := c.syncHandler(ctx, keyOf(bar)); err != nil {
+		t.Fatalf("syncHandler: %v, want no error (no retry)", err)
+	}
+	checkActions(t, "kube", []core.Action{applyDeploymentAction(bar, false)}, f.kubeclient.Actions())
+	checkActions(t, "bar", nil, f.client.Actions())
+	checkEvents(t, nil, f.recorder.Events)
 }

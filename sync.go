@@ -79,6 +79,13 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) erro
 	}
 
 	deployment, err = c.applyDeployment(ctx, bar, holder != nil, deployment)
+	if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
+		// The namespace is going, and the Bar with it: retrying would only
+		// repeat a create the API server refuses until the Bar is gone.
+		c.trace.decision(key, "namespace is being deleted: nothing to do", "")
+		logger.V(2).Info("Not creating the Deployment: the namespace is being deleted")
+		return nil
+	}
 	if apierrors.IsInvalid(err) {
 		// Retrying the same request gets the same answer; a change to the
 		// Bar enqueues it again.
