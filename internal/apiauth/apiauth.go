@@ -102,7 +102,7 @@ func DefaultOptions() Options {
 	return Options{
 		Timeout:      5 * time.Second,
 		NewcomerRate: 5, NewcomerBurst: 10, NewcomerInFlight: 2,
-		ClientRate: 1, ClientBurst: 3,
+		ClientRate: 1, ClientBurst: 5,
 		ReturningRate: 5, ReturningBurst: 20, ReturningInFlight: 2,
 	}
 }
