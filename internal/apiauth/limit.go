@@ -50,6 +50,11 @@ import (
 //     bogus tokens never gets here, so a Prometheus that has scraped before
 //     keeps scraping however busy the newcomers are.
 //
+// A caller with a token the API server accepts can still spend the
+// returning lane, e.g. by asking for many paths (one access review each);
+// it stays bounded, and such a caller could as well ask the API server
+// itself.
+//
 // kube-rbac-proxy and controller-runtime's secure metrics send a review for
 // every uncached token, unbounded, from the controller's own client.
 //

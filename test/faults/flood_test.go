@@ -84,7 +84,8 @@ func TestMetricsAuthFlood(t *testing.T) {
 		t.Logf("%-6s converged in %v; TokenReviews by the controller %d; Lease renewals: %d, longest gap %v; scrapes by the reader %v",
 			r.name, r.took.Round(10*time.Millisecond), r.tokenReviews, r.renewals, r.maxRenewGap.Round(10*time.Millisecond), r.scrapes)
 	}
-	t.Logf("flood: %d requests in %v, answers %v", flooded.floodSent, flooded.floodFor.Round(10*time.Millisecond), flooded.floodCodes)
+	t.Logf("flood: %d requests in %v, answers %v; TokenReviews by user agent %v",
+		flooded.floodSent, flooded.floodFor.Round(10*time.Millisecond), flooded.floodCodes, flooded.reviewAgents)
 
 	// The fault happened: the flood reached the endpoint all along.
 	if flooded.floodSent < int64(floodRate*flooded.floodFor.Seconds()/2) {
@@ -114,6 +115,13 @@ func TestMetricsAuthFlood(t *testing.T) {
 		if r.maxRenewGap > 6*time.Second {
 			t.Errorf("%s: %v between two Lease renewals, want under 6 s", r.name, r.maxRenewGap)
 		}
+		// The reviews come from a client of their own, not the one the
+		// syncs use.
+		for agent := range r.reviewAgents {
+			if !strings.HasSuffix(agent, "(metrics-auth)") {
+				t.Errorf("%s: TokenReviews with user agent %q, want the metrics endpoint's own client (metrics-auth)", r.name, agent)
+			}
+		}
 		if r.scrapes[http.StatusOK] == 0 || len(r.scrapes) != 1 {
 			t.Errorf("%s: the metrics reader's scrapes answered %v, want 200 every time", r.name, r.scrapes)
 		}
@@ -124,6 +132,7 @@ type floodResult struct {
 	name         string
 	took         time.Duration
 	tokenReviews int
+	reviewAgents map[string]int // the user agents of those TokenReviews
 	renewals     int
 	maxRenewGap  time.Duration
 	scrapes      map[int]int
@@ -147,7 +156,7 @@ func (e *env) floodRun(t *testing.T, kubeconfig, reader, name string, flood bool
 
 	// The reader scraped before the flood began, as a Prometheus would
 	// have; then once a second throughout.
-	reviewsBefore := countAudit(t, e.cluster, isTokenReview)
+	reviewsBefore := len(tokenReviews(t, e.cluster))
 	scraper := floodClient(nil)
 	if code, err := testcluster.StatusOf(t.Context(), scraper, metricsURL, reader); err != nil || code != http.StatusOK {
 		t.Fatalf("%s: the metrics reader's first scrape: %d, %v", name, code, err)
@@ -188,7 +197,11 @@ func (e *env) floodRun(t *testing.T, kubeconfig, reader, name string, flood bool
 	wg.Wait()
 	// Reviews the flood started end within their 5 s timeout.
 	time.Sleep(time.Second)
-	r.tokenReviews = countAudit(t, e.cluster, isTokenReview) - reviewsBefore
+	reviews := tokenReviews(t, e.cluster)[reviewsBefore:]
+	r.tokenReviews, r.reviewAgents = len(reviews), map[string]int{}
+	for _, ev := range reviews {
+		r.reviewAgents[ev.UserAgent]++
+	}
 	r.renewals, r.maxRenewGap = renewalGaps(t, e.cluster, start)
 	select {
 	case <-c.Exited():
@@ -317,20 +330,16 @@ func bogusToken() string {
 	return base64.RawURLEncoding.EncodeToString([]byte(`{"alg":"RS256","kid":"`+seg(8)+`"}`)) + "." + seg(300) + "." + seg(256)
 }
 
-func isTokenReview(ev floodAuditEvent) bool {
-	return ev.Verb == "create" && ev.ObjectRef.Resource == "tokenreviews"
-}
-
-// countAudit counts the ServiceAccount's completed requests that match.
-func countAudit(t *testing.T, c *testcluster.Cluster, match func(floodAuditEvent) bool) int {
+// tokenReviews returns the ServiceAccount's TokenReviews, oldest first.
+func tokenReviews(t *testing.T, c *testcluster.Cluster) []floodAuditEvent {
 	t.Helper()
-	n := 0
+	var out []floodAuditEvent
 	for _, ev := range readAudit(t, c) {
-		if match(ev) {
-			n++
+		if ev.Verb == "create" && ev.ObjectRef.Resource == "tokenreviews" {
+			out = append(out, ev)
 		}
 	}
-	return n
+	return out
 }
 
 // renewalGaps counts the Lease updates since start and the longest time
@@ -365,6 +374,7 @@ type floodAuditEvent struct {
 		Namespace string `json:"namespace"`
 		Name      string `json:"name"`
 	} `json:"objectRef"`
+	UserAgent      string           `json:"userAgent"`
 	StageTimestamp metav1.MicroTime `json:"stageTimestamp"`
 }
 
