@@ -23,7 +23,7 @@ limitations under the License.
 //
 //	nonResourceURLs: ["/metrics"], verbs: ["get"]
 //
-// may scrape; anyone else gets 401 or 403. The controller's own
+// may scrape; anyone else gets 401 or 403 (or 429, see limit.go). The controller's own
 // ServiceAccount needs "create" on tokenreviews and subjectaccessreviews.
 //
 // k8s.io/apiserver's delegating authenticator and authorizer implement the
