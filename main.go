@@ -123,6 +123,10 @@ func main() {
 		fmt.Println("bar-controller", version)
 		return
 	}
+	if err := opts.validate(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
 	if err := logging.Setup(opts.loggingFormat); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
@@ -204,7 +208,7 @@ func run(ctx context.Context, opts options) error {
 		// past its lease: it is stuck, and a restart lets a standby lead.
 		watchdog = leaderelection.NewLeaderHealthzAdaptor(20 * time.Second)
 	}
-	stopMetrics, err := serveMetrics(ctx, opts, kubeClient, metrics.Handler(registry, opts.profiling))
+	stopMetrics, err := serveMetrics(ctx, opts, cfg, metrics.Handler(registry, opts.profiling))
 	if err != nil {
 		return err
 	}
@@ -246,16 +250,49 @@ func run(ctx context.Context, opts options) error {
 
 // serveMetrics serves h on the metrics address, by default over HTTPS and
 // only to callers the API server authorizes (internal/apiauth).
-func serveMetrics(ctx context.Context, opts options, client kubernetes.Interface, h http.Handler) (func(), error) {
+func serveMetrics(ctx context.Context, opts options, cfg *rest.Config, h http.Handler) (func(), error) {
 	if !opts.metricsSecure {
 		return serving.Serve(ctx, "metrics", opts.metricsAddress, h, nil)
 	}
-	filter := apiauth.New(client)
+	client, err := kubernetes.NewForConfig(metricsAuthConfig(cfg, apiauth.DefaultOptions()))
+	if err != nil {
+		return nil, fmt.Errorf("building the metrics authorization client: %w", err)
+	}
+	filter := apiauth.New(client, apiauth.DefaultOptions())
 	tlsConfig, err := serving.TLSConfig(opts.metricsCertDir, "bar-controller-metrics")
 	if err != nil {
 		return nil, err
 	}
 	return serving.Serve(ctx, "metrics", opts.metricsAddress, filter.Wrap(h), tlsConfig)
+}
+
+// metricsAuthConfig is the client configuration of the metrics endpoint's
+// reviews: a client of their own, so that they never wait in client-go
+// behind the controller's requests, nor its requests behind them. Its user
+// agent tells them apart in the API server's logs and audit. Its
+// client-side limit is the filter's own bounds again (both lanes at full
+// rate), a second guard should the filter ever leak: what any scraper can
+// make the controller send stays bounded whatever --kube-api-qps says.
+func metricsAuthConfig(cfg *rest.Config, o apiauth.Options) *rest.Config {
+	c := rest.CopyConfig(cfg)
+	c.UserAgent = "bar-controller/" + version + " (metrics-auth)"
+	c.QPS = float32(o.NewcomerRate + o.ReturningRate)
+	c.Burst = o.NewcomerBurst + o.ReturningBurst
+	c.RateLimiter = nil
+	c.Timeout = o.Timeout
+	return c
+}
+
+// validate refuses flag combinations that would do something unsafe.
+func (o *options) validate() error {
+	// Without --metrics-secure the endpoint answers anyone who reaches the
+	// port; the profiles show memory contents (heap: what the caches
+	// hold) and a CPU profile costs the process 30 s of sampling on
+	// request.
+	if o.profiling && !o.metricsSecure {
+		return fmt.Errorf("--profiling requires --metrics-secure: without it anyone who reaches %s could read the process's memory profiles", o.metricsAddress)
+	}
+	return nil
 }
 
 func restConfig(opts options) (*rest.Config, error) {

@@ -23,48 +23,106 @@ limitations under the License.
 //
 //	nonResourceURLs: ["/metrics"], verbs: ["get"]
 //
-// may scrape; anyone else gets 401 or 403. The controller's own
+// may scrape; anyone else gets 401 or 403 (or 429, see limit.go). The controller's own
 // ServiceAccount needs "create" on tokenreviews and subjectaccessreviews.
 //
 // k8s.io/apiserver's delegating authenticator and authorizer implement the
 // same two calls, but importing them adds gRPC, OpenTelemetry and CEL and
 // more than doubles the binary (44 to 99 MB, measured); the two reviews are
-// typed client-go calls, and apimachinery's expiring LRU cache keeps a
-// scrape every few seconds from costing the API server anything after the
-// first.
+// typed client-go calls.
+//
+// Every review is work the API server does in the controller's name, in
+// its priority level and, by identity, in the same flow as its syncs and
+// Lease renewals. So answers are remembered (allowTTL, denyTTL), identical
+// reviews in flight are sent once, and what callers can make the filter
+// send is bounded (limit.go): past the bounds the caller gets 429 and the
+// API server nothing. Give the filter a client of its own (main.go does),
+// so its requests never queue behind the controller's in client-go either.
 package apiauth
 
 import (
 	"context"
-	"crypto/sha256"
+	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
-	authorizationv1 "k8s.io/api/authorization/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"golang.org/x/sync/singleflight"
 	"k8s.io/apimachinery/pkg/util/cache"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 )
 
-// How long answers are remembered, as the API server's own delegating
-// authorizer does: a revoked binding stops working within allowTTL, a new
-// one starts working within denyTTL.
+// How long answers are remembered. A revoked token or binding keeps
+// working for at most allowTTL (controller-runtime's choice; the API
+// server's delegating authenticator keeps 5 minutes), a new binding works
+// within denyTTL. Refusals are kept apart from acceptances, so a flood of
+// bogus tokens can never push a scraper's accepted token out of the cache.
 const (
-	allowTTL  = 5 * time.Minute
-	denyTTL   = 30 * time.Second
+	allowTTL  = time.Minute
+	denyTTL   = 10 * time.Second
 	cacheSize = 1024
+	// knownTTL: how long a token the API server accepted keeps its place in
+	// the returning lane (limit.go) after its answer expired. Only the
+	// token's hash is kept, and it grants nothing: the token is reviewed
+	// again all the same.
+	knownTTL = 10 * time.Minute
 )
+
+// Options bound the reviews a Filter sends.
+type Options struct {
+	// Timeout bounds one review; a scraper waits no longer for an answer.
+	Timeout time.Duration
+	// NewcomerRate and NewcomerBurst are the token bucket of reviews of
+	// tokens not accepted recently (every bogus token), NewcomerInFlight
+	// the most of them waiting for the API server at once.
+	NewcomerRate     float64
+	NewcomerBurst    int
+	NewcomerInFlight int
+	// ClientRate and ClientBurst are each client address's own bucket
+	// in front of the newcomers' lane.
+	ClientRate  float64
+	ClientBurst int
+	// ReturningRate, ReturningBurst and ReturningInFlight bound the
+	// reviews of tokens accepted recently, and the access reviews.
+	ReturningRate     float64
+	ReturningBurst    int
+	ReturningInFlight int
+}
+
+// DefaultOptions suit Prometheus scraping every few seconds: a scraper
+// costs one token review and one access review per path a minute (the
+// returning lane), and its first scrape one newcomer review. A flood of
+// bogus tokens costs the API server at most 5 reviews a second (plus a
+// burst of 10) whatever its rate, and one address at most 1 a second.
+func DefaultOptions() Options {
+	return Options{
+		Timeout:      5 * time.Second,
+		NewcomerRate: 5, NewcomerBurst: 10, NewcomerInFlight: 2,
+		ClientRate: 1, ClientBurst: 5,
+		ReturningRate: 5, ReturningBurst: 20, ReturningInFlight: 2,
+	}
+}
 
 // Filter wraps handlers so that only callers the API server authorizes
 // reach them.
 type Filter struct {
-	client    kubernetes.Interface
-	tokens    *cache.LRUExpireCache // sha256(token) -> *authenticationv1.UserInfo, nil if refused
-	decisions *cache.LRUExpireCache // decisionKey -> decision
+	client  kubernetes.Interface
+	timeout time.Duration
+
+	// Keys are sha256 hashes: a token is never kept as it is.
+	acceptedTokens *cache.LRUExpireCache // tokenKey -> *authenticationv1.UserInfo
+	refusedTokens  *cache.LRUExpireCache // tokenKey -> struct{}
+	knownTokens    *cache.LRUExpireCache // tokenKey -> struct{}, see knownTTL
+	decisions      *cache.LRUExpireCache // decisionKey -> decision, allowed ones
+	refusals       *cache.LRUExpireCache // decisionKey -> decision, denied ones
+	inFlight       singleflight.Group
+
+	clients              *clientLimiter
+	newcomers, returning *lane
 }
 
 type decision struct {
@@ -72,10 +130,31 @@ type decision struct {
 	reason  string
 }
 
-// New returns a Filter that asks the API server behind client.
-func New(client kubernetes.Interface) *Filter {
-	return &Filter{client: client, tokens: cache.NewLRUExpireCache(cacheSize), decisions: cache.NewLRUExpireCache(cacheSize)}
+// New returns a Filter that asks the API server behind client, within opts.
+func New(client kubernetes.Interface, opts Options) *Filter {
+	return newWithClock(client, opts, clock.RealClock{})
 }
+
+func newWithClock(client kubernetes.Interface, opts Options, c clock.PassiveClock) *Filter {
+	return &Filter{
+		client: client, timeout: opts.Timeout,
+		acceptedTokens: cache.NewLRUExpireCacheWithClock(cacheSize, c),
+		refusedTokens:  cache.NewLRUExpireCacheWithClock(cacheSize, c),
+		knownTokens:    cache.NewLRUExpireCacheWithClock(cacheSize, c),
+		decisions:      cache.NewLRUExpireCacheWithClock(cacheSize, c),
+		refusals:       cache.NewLRUExpireCacheWithClock(cacheSize, c),
+		clients:        newClientLimiter(c, opts.ClientRate, opts.ClientBurst),
+		newcomers:      newLane("newcomers", c, opts.NewcomerRate, opts.NewcomerBurst, opts.NewcomerInFlight),
+		returning:      newLane("returning", c, opts.ReturningRate, opts.ReturningBurst, opts.ReturningInFlight),
+	}
+}
+
+// errThrottled: a review was needed and a bound said no.
+var errThrottled = errors.New("too many reviews")
+
+// retryAfter is what a throttled caller is told: about when the
+// newcomers' bucket has a token again for one address.
+const retryAfter = time.Second
 
 // Wrap returns h behind the filter.
 func (f *Filter) Wrap(h http.Handler) http.Handler {
@@ -87,7 +166,11 @@ func (f *Filter) Wrap(h http.Handler) http.Handler {
 			http.Error(w, "Unauthorized", http.StatusUnauthorized)
 			return
 		}
-		user, err := f.authenticate(ctx, token)
+		user, err := f.authenticate(ctx, token, r.RemoteAddr)
+		if errors.Is(err, errThrottled) {
+			throttled(w)
+			return
+		}
 		if err != nil {
 			logger.Error(err, "Token review failed", "path", r.URL.Path)
 			http.Error(w, "Authentication failed", http.StatusInternalServerError)
@@ -101,6 +184,10 @@ func (f *Filter) Wrap(h http.Handler) http.Handler {
 		}
 		verb := strings.ToLower(r.Method)
 		d, err := f.authorize(ctx, user, verb, r.URL.Path)
+		if errors.Is(err, errThrottled) {
+			throttled(w)
+			return
+		}
 		if err != nil {
 			logger.Error(err, "Subject access review failed", "user", user.Username, "path", r.URL.Path)
 			http.Error(w, "Authorization failed", http.StatusInternalServerError)
@@ -115,6 +202,11 @@ func (f *Filter) Wrap(h http.Handler) http.Handler {
 	})
 }
 
+func throttled(w http.ResponseWriter) {
+	w.Header().Set("Retry-After", strconv.Itoa(int(retryAfter/time.Second)))
+	http.Error(w, "Too many requests", http.StatusTooManyRequests)
+}
+
 func bearerToken(r *http.Request) (string, bool) {
 	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") {
@@ -124,52 +216,9 @@ func bearerToken(r *http.Request) (string, bool) {
 	return token, token != ""
 }
 
-// authenticate returns whose token it is, or nil if the API server does not
-// accept it. Tokens are cached by hash, never kept in memory as they are.
-func (f *Filter) authenticate(ctx context.Context, token string) (*authenticationv1.UserInfo, error) {
-	key := sha256.Sum256([]byte(token))
-	if v, ok := f.tokens.Get(key); ok {
-		return v.(*authenticationv1.UserInfo), nil
-	}
-	review, err := f.client.AuthenticationV1().TokenReviews().Create(ctx,
-		&authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: token}}, metav1.CreateOptions{})
-	if err != nil {
-		return nil, err
-	}
-	if !review.Status.Authenticated {
-		f.tokens.Add(key, (*authenticationv1.UserInfo)(nil), denyTTL)
-		return nil, nil
-	}
-	user := review.Status.User
-	f.tokens.Add(key, &user, allowTTL)
-	return &user, nil
-}
-
-// authorize asks whether user may use verb on the non-resource URL path.
-func (f *Filter) authorize(ctx context.Context, user *authenticationv1.UserInfo, verb, path string) (decision, error) {
-	// fmt prints maps sorted by key, so equal extras give equal keys.
-	key := strings.Join([]string{user.UID, user.Username, strings.Join(user.Groups, ","), fmt.Sprint(user.Extra), verb, path}, "\x00")
-	if v, ok := f.decisions.Get(key); ok {
-		return v.(decision), nil
-	}
-	extra := make(map[string]authorizationv1.ExtraValue, len(user.Extra))
-	for k, v := range user.Extra {
-		extra[k] = authorizationv1.ExtraValue(v)
-	}
-	review, err := f.client.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
-		Spec: authorizationv1.SubjectAccessReviewSpec{
-			User: user.Username, UID: user.UID, Groups: user.Groups, Extra: extra,
-			NonResourceAttributes: &authorizationv1.NonResourceAttributes{Path: path, Verb: verb},
-		},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		return decision{}, err
-	}
-	d := decision{allowed: review.Status.Allowed && !review.Status.Denied, reason: review.Status.Reason}
-	ttl := denyTTL
-	if d.allowed {
-		ttl = allowTTL
-	}
-	f.decisions.Add(key, d, ttl)
-	return d, nil
+// reviewContext is the context of one review: not the request's, since
+// other requests may be waiting on the same review (singleflight) and one
+// caller hanging up must not fail them all; bounded by the timeout.
+func (f *Filter) reviewContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), f.timeout)
 }

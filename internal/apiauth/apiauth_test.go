@@ -75,7 +75,7 @@ func TestFilter(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			client := fakeAPIServer()
-			h := New(client).Wrap(metrics)
+			h := New(client, DefaultOptions()).Wrap(metrics)
 			req := httptest.NewRequest(http.MethodGet, tc.path, nil)
 			if tc.header != "" {
 				req.Header.Set("Authorization", tc.header)
@@ -109,7 +109,7 @@ func TestFilter(t *testing.T) {
 // the request's path and verb.
 func TestFilterCaches(t *testing.T) {
 	client := fakeAPIServer()
-	h := New(client).Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	h := New(client, DefaultOptions()).Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	for range 5 {
 		req := httptest.NewRequest(http.MethodGet, "/metrics", nil)
 		req.Header.Set("Authorization", "Bearer prometheus")

@@ -112,6 +112,7 @@ func NewRegistry() *prometheus.Registry {
 		requestLatency, rateLimiterLatency, requestResults,
 		leaderStatus,
 	)
+	reg.MustRegister(authCollectors()...)
 	workqueue.SetProvider(workqueueMetrics{})
 	clientmetrics.Register(clientmetrics.RegisterOpts{
 		RequestLatency:     latencyAdapter{requestLatency},

@@ -1,0 +1,75 @@
+/*
+Copyright The bar-controller Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package main
+
+import (
+	"flag"
+	"strings"
+	"testing"
+
+	"k8s.io/client-go/rest"
+
+	"github.com/barcontroller/bar-controller/internal/apiauth"
+)
+
+// TestValidateFlags: --profiling behind plain HTTP would hand the
+// process's memory to anyone who reaches the port, so it does not start.
+func TestValidateFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args    []string
+		wantErr string
+	}{
+		{nil, ""},
+		{[]string{"--profiling"}, ""},
+		{[]string{"--metrics-secure=false"}, ""},
+		{[]string{"--profiling", "--metrics-secure=false"}, "--profiling requires --metrics-secure"},
+		{[]string{"--metrics-secure=false", "--profiling=true"}, "--profiling requires --metrics-secure"},
+	} {
+		var o options
+		fs := flag.NewFlagSet("test", flag.ContinueOnError)
+		o.addFlags(fs)
+		if err := fs.Parse(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		err := o.validate()
+		switch {
+		case tc.wantErr == "" && err != nil:
+			t.Errorf("%v: %v, want no error", tc.args, err)
+		case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+			t.Errorf("%v: %v, want an error with %q", tc.args, err, tc.wantErr)
+		}
+	}
+}
+
+// TestMetricsAuthConfig: the reviews' client is a copy with a limit of its
+// own, whatever the controller's (no client-side limit by default), and a
+// user agent of its own; the controller's configuration is left alone.
+func TestMetricsAuthConfig(t *testing.T) {
+	// As restConfig makes it with the default flags.
+	cfg := rest.AddUserAgent(&rest.Config{Host: "https://api.example:6443", QPS: -1, Burst: 400}, "bar-controller/"+version)
+	o := apiauth.DefaultOptions()
+	c := metricsAuthConfig(cfg, o)
+	if c.QPS <= 0 || c.Burst <= 0 || c.Timeout != o.Timeout {
+		t.Errorf("QPS %v, burst %d, timeout %v: want a positive limit and the review timeout", c.QPS, c.Burst, c.Timeout)
+	}
+	if !strings.HasSuffix(c.UserAgent, "(metrics-auth)") {
+		t.Errorf("user agent %q, want one of its own", c.UserAgent)
+	}
+	if cfg.QPS != -1 || cfg.Timeout != 0 || strings.Contains(cfg.UserAgent, "metrics-auth") {
+		t.Errorf("the controller's configuration changed: QPS %v, timeout %v, user agent %q", cfg.QPS, cfg.Timeout, cfg.UserAgent)
+	}
+}
