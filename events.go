@@ -18,13 +18,55 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
 
 	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
 )
 
-// eventWriters is how many event writes may be in flight at once.
-const eventWriters = 4
+const (
+	// eventWriters is how many event writes may be in flight at once.
+	eventWriters = 4
+	// eventFlushTimeout bounds how long a graceful shutdown waits, after the
+	// last sync, for the Events still being written.
+	eventFlushTimeout = 5 * time.Second
+	// eventQuiet is how long no Event may be on its way to the sink before
+	// the flush counts them all as written: the broadcaster hands each
+	// Event to its own goroutine (recordToSink), which reaches the sink
+	// within microseconds, but nothing says when it has.
+	eventQuiet = 100 * time.Millisecond
+)
+
+// recordEvents starts writing the recorded Events to the API server, with
+// ctx: when ctx ends, the writes in progress are cancelled and no further
+// one is made (see Run). stop ends recording. Unless ctx has ended, it
+// first gives the Events already recorded up to eventFlushTimeout to be
+// written: after a graceful shutdown, the Events of the syncs that were
+// let finish are written too.
+func (c *Controller) recordEvents(ctx context.Context) (stop func(), err error) {
+	eventCtx, cancel := context.WithCancel(ctx)
+	if err := c.broadcaster.StartRecordingToSinkWithContext(eventCtx); err != nil {
+		cancel()
+		return nil, fmt.Errorf("recording events: %w", err)
+	}
+	return func() {
+		defer cancel()
+		// Shutdown returns once every Event recorded so far has been
+		// handed on towards the sink; no more can be recorded after it.
+		c.broadcaster.Shutdown()
+		if ctx.Err() != nil {
+			return
+		}
+		flushCtx, cancelFlush := context.WithTimeout(ctx, eventFlushTimeout)
+		defer cancelFlush()
+		if err := c.eventSink.waitIdle(flushCtx, eventQuiet); err != nil && ctx.Err() == nil {
+			klog.FromContext(ctx).Info("Gave up waiting for Events to be written", "waited", eventFlushTimeout, "inFlight", c.eventSink.active.Load())
+		}
+	}, nil
+}
 
 // limitedSink lets at most a fixed number of event writes reach the API
 // server at once. tools/events writes every event from its own goroutine;
@@ -37,6 +79,11 @@ const eventWriters = 4
 type limitedSink struct {
 	sink  events.EventSink
 	slots chan struct{}
+
+	// active counts the writes waiting for a slot or in flight; changed
+	// is when it last changed (UnixNano), for waitIdle.
+	active  atomic.Int64
+	changed atomic.Int64
 }
 
 func newLimitedSink(sink events.EventSink, n int) *limitedSink {
@@ -44,6 +91,11 @@ func newLimitedSink(sink events.EventSink, n int) *limitedSink {
 }
 
 func (s *limitedSink) acquire(ctx context.Context) error {
+	// Checked first: a select with a free slot and an ended ctx may pick
+	// either, and a write after its ctx ended must not start.
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	select {
 	case s.slots <- struct{}{}:
 		return nil
@@ -54,7 +106,36 @@ func (s *limitedSink) acquire(ctx context.Context) error {
 
 func (s *limitedSink) release() { <-s.slots }
 
+// track counts a write from its call to its return; call the result when it
+// returns.
+func (s *limitedSink) track() func() {
+	s.active.Add(1)
+	s.changed.Store(time.Now().UnixNano())
+	return func() {
+		s.active.Add(-1)
+		s.changed.Store(time.Now().UnixNano())
+	}
+}
+
+// waitIdle returns once no write has been waiting or in flight for quiet,
+// or ctx's error when ctx ends first.
+func (s *limitedSink) waitIdle(ctx context.Context, quiet time.Duration) error {
+	tick := time.NewTicker(quiet / 10)
+	defer tick.Stop()
+	for {
+		if s.active.Load() == 0 && time.Since(time.Unix(0, s.changed.Load())) >= quiet {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
 func (s *limitedSink) Create(ctx context.Context, event *eventsv1.Event) (*eventsv1.Event, error) {
+	defer s.track()()
 	if err := s.acquire(ctx); err != nil {
 		return nil, err
 	}
@@ -63,6 +144,7 @@ func (s *limitedSink) Create(ctx context.Context, event *eventsv1.Event) (*event
 }
 
 func (s *limitedSink) Update(ctx context.Context, event *eventsv1.Event) (*eventsv1.Event, error) {
+	defer s.track()()
 	if err := s.acquire(ctx); err != nil {
 		return nil, err
 	}
@@ -71,6 +153,7 @@ func (s *limitedSink) Update(ctx context.Context, event *eventsv1.Event) (*event
 }
 
 func (s *limitedSink) Patch(ctx context.Context, event *eventsv1.Event, data []byte) (*eventsv1.Event, error) {
+	defer s.track()()
 	if err := s.acquire(ctx); err != nil {
 		return nil, err
 	}

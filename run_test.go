@@ -54,7 +54,7 @@ func TestRunFinishesSyncInProgressOnShutdown(t *testing.T) {
 	defer cancel()
 	f.startInformers(runCtx)
 	done := make(chan error, 1)
-	go func() { done <- c.Run(runCtx, 2) }()
+	go func() { done <- c.Run(ctx, runCtx, 2) }()
 
 	select {
 	case <-entered:
