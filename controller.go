@@ -56,6 +56,10 @@ const (
 	syncTimeout = 30 * time.Second
 	// cacheWaitReport is how often waitForCaches says what it waits for.
 	cacheWaitReport = 5 * time.Second
+	// discoveryTimeout bounds waitForCaches' question to the API server: an
+	// address that accepts connections and never answers would otherwise
+	// hold it for the TLS handshake timeout or longer.
+	discoveryTimeout = 5 * time.Second
 )
 
 // Event reasons. Events are written only when something changes.
@@ -300,8 +304,12 @@ func (c *Controller) waitForCaches(ctx context.Context) bool {
 		if time.Now().After(nextReport) {
 			nextReport = time.Now().Add(cacheWaitReport)
 			gv := barv1alpha1.SchemeGroupVersion.String()
-			_, err := c.kubeclientset.Discovery().ServerResourcesForGroupVersion(gv)
+			// With a context: a shutdown must not wait for this answer.
+			askCtx, cancel := context.WithTimeout(ctx, discoveryTimeout)
+			_, err := c.kubeclientset.Discovery().ServerResourcesForGroupVersionWithContext(askCtx, gv)
+			cancel()
 			switch {
+			case ctx.Err() != nil: // shutting down: no question left to answer
 			case apierrors.IsNotFound(err):
 				logger.Info("Caches not synced: the API server does not serve "+gv+"; is the Bar CRD installed? (kubectl apply -f artifacts/crd)", "waitingFor", missing)
 			case err != nil:
