@@ -54,6 +54,9 @@ const (
 	// progress finish instead of cutting their API calls in half (see
 	// Run); this bounds how long that takes.
 	syncTimeout = 30 * time.Second
+	// staleRetryDelay is how long a sync that found a cache older than its
+	// own last write waits before it looks again (see processNextWorkItem).
+	staleRetryDelay = 50 * time.Millisecond
 	// cacheWaitReport is how often waitForCaches says what it waits for.
 	cacheWaitReport = 5 * time.Second
 	// discoveryTimeout bounds waitForCaches' question to the API server: an
@@ -363,7 +366,12 @@ func (c *Controller) processNextWorkItem(ctx, stop context.Context) bool {
 		metrics.RecordSync(metrics.SyncStale, time.Since(start))
 		c.trace.synced(key, start, metrics.SyncStale, err)
 		klog.FromContext(ctx).V(4).Info("Waiting for the cache to catch up", "bar", key, "reason", err)
-		c.queue.AddRateLimited(key)
+		// A short fixed wait, not AddRateLimited: the informer is
+		// expected to catch up within milliseconds, and the rate limiter's
+		// backoff and shared bucket are the retry budget of failures. A
+		// cold start of thousands of Bars has thousands of these, which
+		// would empty the bucket and delay every real retry after them.
+		c.queue.AddAfter(key, staleRetryDelay)
 	case ctx.Err() != nil:
 		// Cancelled because the controller may no longer write (Run):
 		// not a failure of this Bar, and nothing to retry here.
