@@ -187,6 +187,7 @@ func NewController(
 	if _, err := barInformer.Informer().AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
 		AddFunc:    c.addBar,
 		UpdateFunc: c.updateBar,
+		DeleteFunc: c.deleteBar,
 	}); err != nil {
 		return nil, fmt.Errorf("adding Bar event handler: %w", err)
 	}
