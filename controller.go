@@ -167,10 +167,10 @@ func NewController(
 			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: "bars"}),
 		broadcaster: broadcaster,
 		eventSink:   eventSink,
-		recorder:    broadcaster.NewRecorder(scheme.Scheme, controllerAgentName),
 		logger:      logger,
 		now:         metav1.Now,
 	}
+	c.recorder = c.newRecorder()
 	// A write to a Deployment must reach both Deployment caches before the
 	// Bar syncs again: either one behind would make the sync write again.
 	c.writes = newWriteTracker(map[string][]rvStore{

@@ -23,6 +23,8 @@ import (
 	"time"
 
 	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 )
@@ -33,11 +35,14 @@ const (
 	// eventFlushTimeout bounds how long a graceful shutdown waits, after the
 	// last sync, for the Events still being written.
 	eventFlushTimeout = 5 * time.Second
-	// eventQuiet is how long no Event may be on its way to the sink before
-	// the flush counts them all as written: the broadcaster hands each
-	// Event to its own goroutine (recordToSink), which reaches the sink
-	// within microseconds, but nothing says when it has.
-	eventQuiet = 100 * time.Millisecond
+	// eventQuiet is how long after the last Event was recorded, and the
+	// last write started or ended, the flush counts them all as written.
+	// tools/events passes each Event on through two goroutines of its own
+	// (recorderImpl.eventf to the broadcaster, recordToSink to the sink),
+	// each a matter of microseconds, but nothing says when they are done;
+	// the margin covers a process the kernel throttles to its CPU limit
+	// (CFS periods are 100 ms).
+	eventQuiet = 250 * time.Millisecond
 )
 
 // recordEvents starts writing the recorded Events to the API server, with
@@ -54,9 +59,9 @@ func (c *Controller) recordEvents(ctx context.Context) (stop func(), err error) 
 	}
 	return func() {
 		defer cancel()
-		// Shutdown returns once every Event recorded so far has been
-		// handed on towards the sink; no more can be recorded after it.
-		c.broadcaster.Shutdown()
+		// Shut down only once the Events are written: the broadcaster
+		// drops what reaches it after that.
+		defer c.broadcaster.Shutdown()
 		if ctx.Err() != nil {
 			return
 		}
@@ -66,6 +71,22 @@ func (c *Controller) recordEvents(ctx context.Context) (stop func(), err error) 
 			klog.FromContext(ctx).Info("Gave up waiting for Events to be written", "waited", eventFlushTimeout, "inFlight", c.eventSink.active.Load())
 		}
 	}, nil
+}
+
+// newRecorder returns the controller's Event recorder: the broadcaster's,
+// telling the sink of every Event recorded (see eventQuiet).
+func (c *Controller) newRecorder() events.EventRecorder {
+	return notingRecorder{EventRecorder: c.broadcaster.NewRecorder(scheme.Scheme, controllerAgentName), sink: c.eventSink}
+}
+
+type notingRecorder struct {
+	events.EventRecorder
+	sink *limitedSink
+}
+
+func (r notingRecorder) Eventf(regarding, related runtime.Object, eventtype, reason, action, note string, args ...interface{}) {
+	r.EventRecorder.Eventf(regarding, related, eventtype, reason, action, note, args...)
+	r.sink.changed.Store(time.Now().UnixNano())
 }
 
 // limitedSink lets at most a fixed number of event writes reach the API
@@ -81,7 +102,8 @@ type limitedSink struct {
 	slots chan struct{}
 
 	// active counts the writes waiting for a slot or in flight; changed
-	// is when it last changed (UnixNano), for waitIdle.
+	// is when it last changed or an Event was recorded (UnixNano), for
+	// waitIdle.
 	active  atomic.Int64
 	changed atomic.Int64
 }
@@ -117,8 +139,9 @@ func (s *limitedSink) track() func() {
 	}
 }
 
-// waitIdle returns once no write has been waiting or in flight for quiet,
-// or ctx's error when ctx ends first.
+// waitIdle returns once no write has been waiting or in flight, and none
+// started or ended nor an Event was recorded, for quiet; or ctx's error
+// when ctx ends first.
 func (s *limitedSink) waitIdle(ctx context.Context, quiet time.Duration) error {
 	tick := time.NewTicker(quiet / 10)
 	defer tick.Stop()
