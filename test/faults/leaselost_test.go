@@ -37,12 +37,9 @@ import (
 	"github.com/barcontroller/bar-controller/internal/testcluster"
 )
 
-// slowWrite is how long the slow webhook holds each write of the leader
-// that is about to lose its Lease: long enough that its syncs are still
-// in the middle of their writes when it notices the loss, and that one
-// more write of each (the status after the apply) would come after the
-// new leader has begun (lease duration - renew deadline = 5 s later).
-const slowWrite = 5 * time.Second
+// slowWrite is how long the slow webhook holds each write of the leader,
+// so that its syncs are always in the middle of their writes.
+const slowWrite = 3 * time.Second
 
 // The leader loses its Lease while its syncs are in flight: a slow
 // admission webhook holds every write it makes, and from some moment on
@@ -51,6 +48,12 @@ const slowWrite = 5 * time.Second
 // not been renewed for its duration (15 s). Between the two, the old
 // leader must have stopped writing: the API server's audit log must show
 // no write of the old leader completed after the new leader's first.
+//
+// From the moment the renewals are held, the webhook holds the leader's
+// other writes too, until a second after the standby has taken the Lease
+// (its first write): every write the old leader still has under way then
+// would complete after the new leader's first, unless the loss has
+// cancelled it.
 func TestNoWritesAfterLeaseLost(t *testing.T) {
 	const bars = 300
 	e := newEnvWith(t, bars, testcluster.Options{CRDs: []string{crdDir}, AuditLog: true})
@@ -61,29 +64,39 @@ func TestNoWritesAfterLeaseLost(t *testing.T) {
 	a := e.startReplica(t, "replica-a", append(flags, "--kubeconfig="+kubeconfigA)...)
 	idA := identityOf(t, a)
 	e.waitLease(t, func(l *coordinationv1.Lease) bool { return holder(l) == idA })
-	b := e.startReplica(t, "replica-b", append(flags, "--kubeconfig="+kubeconfigB)...)
+	// The standby looks every 500 ms instead of 2 s (jittered up to 4.4 s),
+	// so it takes over within about a second of the Lease's expiry: the
+	// earliest a new leader can begin, the worst case for the old one.
+	b := e.startReplica(t, "replica-b", append(flags, "--kubeconfig="+kubeconfigB, "--leader-elect-retry-period=500ms")...)
 	idB := identityOf(t, b)
 	b.waitReady(t, time.Now())
 
 	var leaseHeld atomic.Bool // from now on, replica-a's Lease writes never get through
 	var held atomic.Int64     // writes of replica-a the webhook is holding now
-	var cut atomic.Int64      // other writes of replica-a given up while held
+	var underWay atomic.Int64 // other writes of replica-a held from then on
+	tookOver := make(chan struct{})
 	e.startHook(t, fmt.Sprintf("request.userInfo.username == 'system:serviceaccount:%s:replica-a'", e.ns),
 		func(ctx context.Context, req *admissionv1.AdmissionRequest) {
 			held.Add(1)
 			defer held.Add(-1)
-			wait := slowWrite
 			if req.Resource.Resource == "leases" {
-				if !leaseHeld.Load() {
-					return
+				if leaseHeld.Load() {
+					<-ctx.Done() // until replica-a gives up, or hookTimeout
 				}
-				wait = hookTimeout
+				return
+			}
+			wait := slowWrite
+			if leaseHeld.Load() {
+				underWay.Add(1)
+				select {
+				case <-ctx.Done():
+					return
+				case <-tookOver:
+				}
+				wait = time.Second
 			}
 			select {
 			case <-ctx.Done():
-				if req.Resource.Resource != "leases" {
-					cut.Add(1)
-				}
 			case <-time.After(wait):
 			}
 		}, nil) // replica-a's renewals, every 2 s, reach it
@@ -95,7 +108,8 @@ func TestNoWritesAfterLeaseLost(t *testing.T) {
 	leaseHeld.Store(true)
 	heldAt := time.Now()
 	e.waitLease(t, func(l *coordinationv1.Lease) bool { return holder(l) == idB })
-	tookOver := time.Since(heldAt)
+	takeover := time.Since(heldAt)
+	close(tookOver)
 	took := e.waitConverged(t, heldAt)
 	select {
 	case <-a.Exited():
@@ -105,7 +119,7 @@ func TestNoWritesAfterLeaseLost(t *testing.T) {
 	if code := a.State().ExitCode(); code != 1 || logLine(a.Process, leader.ErrLostLease.Error()) == "" {
 		t.Errorf("replica-a exited with %d, want 1 and %q in its log:%s", code, leader.ErrLostLease, a.LogTail(20))
 	}
-	record(t, "leader's renewals held by a slow webhook: until the standby holds the Lease", tookOver)
+	record(t, "leader's renewals held by a slow webhook: until the standby holds the Lease", takeover)
 	record(t, "leader's renewals held by a slow webhook, 300 Bars: from then to convergence", took)
 
 	// The audit log, by user agent: main.go names the replica (POD_NAME)
@@ -139,10 +153,10 @@ func TestNoWritesAfterLeaseLost(t *testing.T) {
 			t.Logf("replica-a %v after its renewals were held: %s", logTime(t, line).Sub(heldAt).Round(time.Millisecond), line)
 		}
 	}
-	// The case needs replica-a to have been writing, and to have had
-	// writes under way when it stopped (the webhook saw them given up).
-	if nA == 0 || nB == 0 || cut.Load() == 0 {
-		t.Fatalf("replica-a made %d writes and gave up %d, replica-b made %d: the case did not happen as meant", nA, cut.Load(), nB)
+	// The case needs replica-a to have been writing, with writes under
+	// way after its renewals were held, and replica-b to have taken over.
+	if nA == 0 || nB == 0 || underWay.Load() == 0 {
+		t.Fatalf("replica-a made %d writes (%d under way after its renewals were held), replica-b made %d: the case did not happen as meant", nA, underWay.Load(), nB)
 	}
 	var late []string
 	for _, w := range writes {
