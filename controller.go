@@ -50,12 +50,19 @@ const (
 	// fieldManager names the controller in every object's managedFields;
 	// server-side apply uses it to know which fields are ours.
 	fieldManager = "bar-controller"
-	// syncTimeout bounds one sync. Syncs do not inherit cancellation from
-	// Run's context, so that a shutdown lets in-flight syncs finish instead
-	// of cutting their API calls in half; this bounds how long that takes.
+	// syncTimeout bounds one sync. A graceful shutdown lets the syncs in
+	// progress finish instead of cutting their API calls in half (see
+	// Run); this bounds how long that takes.
 	syncTimeout = 30 * time.Second
+	// staleRetryDelay is how long a sync that found a cache older than its
+	// own last write waits before it looks again (see processNextWorkItem).
+	staleRetryDelay = 50 * time.Millisecond
 	// cacheWaitReport is how often waitForCaches says what it waits for.
 	cacheWaitReport = 5 * time.Second
+	// discoveryTimeout bounds waitForCaches' question to the API server: an
+	// address that accepts connections and never answers would otherwise
+	// hold it for the TLS handshake timeout or longer.
+	discoveryTimeout = 5 * time.Second
 )
 
 // Event reasons. Events are written only when something changes.
@@ -110,6 +117,7 @@ type Controller struct {
 	trace *tracer
 
 	broadcaster events.EventBroadcaster
+	eventSink   *limitedSink
 	recorder    events.EventRecorder
 	logger      klog.Logger
 	now         func() metav1.Time
@@ -136,12 +144,12 @@ func NewController(
 	// Bar, keeps pace with the workers. Not without bound, though: under
 	// API Priority and Fairness pushing back, hundreds of event writes in
 	// flight would take the seats the workers' writes need (limitedSink).
-	broadcaster := events.NewBroadcaster(newLimitedSink(&events.EventSinkImpl{Interface: kubeclientset.EventsV1()}, eventWriters))
+	// Writing them starts in Run, with the context of the syncs' own
+	// API calls (see recordEvents).
+	eventSink := newLimitedSink(&events.EventSinkImpl{Interface: kubeclientset.EventsV1()}, eventWriters)
+	broadcaster := events.NewBroadcaster(eventSink)
 	if _, err := broadcaster.StartLogging(logger); err != nil {
 		return nil, fmt.Errorf("logging events: %w", err)
-	}
-	if err := broadcaster.StartRecordingToSinkWithContext(ctx); err != nil {
-		return nil, fmt.Errorf("recording events: %w", err)
 	}
 
 	c := &Controller{
@@ -158,10 +166,11 @@ func NewController(
 			workqueue.DefaultTypedControllerRateLimiter[cache.ObjectName](),
 			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: "bars"}),
 		broadcaster: broadcaster,
-		recorder:    broadcaster.NewRecorder(scheme.Scheme, controllerAgentName),
+		eventSink:   eventSink,
 		logger:      logger,
 		now:         metav1.Now,
 	}
+	c.recorder = c.newRecorder()
 	// A write to a Deployment must reach both Deployment caches before the
 	// Bar syncs again: either one behind would make the sync write again.
 	c.writes = newWriteTracker(map[string][]rvStore{
@@ -178,6 +187,7 @@ func NewController(
 	if _, err := barInformer.Informer().AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
 		AddFunc:    c.addBar,
 		UpdateFunc: c.updateBar,
+		DeleteFunc: c.deleteBar,
 	}); err != nil {
 		return nil, fmt.Errorf("adding Bar event handler: %w", err)
 	}
@@ -212,17 +222,43 @@ func (c *Controller) HasSynced() bool {
 }
 
 // Run waits for the caches, then syncs Bars with the given number of workers
-// until ctx is cancelled. It then stops handing out work, lets the syncs in
-// progress finish, and returns.
-func (c *Controller) Run(ctx context.Context, workers int) error {
+// until ctx or shutdown ends, and returns once no sync runs and no Event is
+// being written. Run can be called once.
+//
+// Both stop the work, but they end it differently, because they mean
+// different things:
+//
+//   - shutdown ending is a graceful stop (SIGTERM): no new sync starts, and
+//     the syncs in progress finish, their Events included. Cutting a sync
+//     off between its apply and its status write would leave both for the
+//     next start, and the Event of the apply would never be written.
+//   - ctx ending means the controller may no longer write at all: its
+//     leader Lease is lost (internal/leader), and another replica may be
+//     writing already. ctx is the context of every API call the syncs and
+//     the Event writers make, so each one in progress is cancelled at once,
+//     and no queued Event is written: a late write could undo the new
+//     leader's.
+//
+// Without leader election nothing takes the right to write away, and ctx
+// does not end before shutdown.
+func (c *Controller) Run(ctx, shutdown context.Context, workers int) error {
 	defer utilruntime.HandleCrashWithContext(ctx)
-	defer c.broadcaster.Shutdown()
 	logger := klog.FromContext(ctx)
+
+	// stop ends with either: the end of handing out work.
+	stop, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(shutdown, cancel)()
+	stopEvents, err := c.recordEvents(ctx)
+	if err != nil {
+		return err
+	}
+	defer stopEvents()
 
 	logger.Info("Starting Bar controller", "workers", workers)
 	logger.Info("Waiting for informer caches to sync")
-	if !c.waitForCaches(ctx) {
-		// Only a cancelled ctx ends the wait: a shutdown, not a failure.
+	if !c.waitForCaches(stop) {
+		// Only the end of stop ends the wait: a shutdown, not a failure.
 		c.queue.ShutDown()
 		logger.Info("Shut down before the caches synced")
 		return nil
@@ -230,11 +266,15 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 
 	var wg sync.WaitGroup
 	for range workers {
-		wg.Go(func() { c.runWorker(ctx) })
+		wg.Go(func() { c.runWorker(ctx, stop) })
 	}
 	logger.Info("Started workers")
-	<-ctx.Done()
-	logger.Info("Shutting down: finishing syncs in progress")
+	<-stop.Done()
+	if ctx.Err() != nil {
+		logger.Info("Shutting down: no longer allowed to write; cancelling the syncs in progress")
+	} else {
+		logger.Info("Shutting down: finishing syncs in progress")
+	}
 	c.queue.ShutDown() // wakes idle workers
 	wg.Wait()
 	logger.Info("Shut down workers")
@@ -268,8 +308,12 @@ func (c *Controller) waitForCaches(ctx context.Context) bool {
 		if time.Now().After(nextReport) {
 			nextReport = time.Now().Add(cacheWaitReport)
 			gv := barv1alpha1.SchemeGroupVersion.String()
-			_, err := c.kubeclientset.Discovery().ServerResourcesForGroupVersion(gv)
+			// With a context: a shutdown must not wait for this answer.
+			askCtx, cancel := context.WithTimeout(ctx, discoveryTimeout)
+			_, err := c.kubeclientset.Discovery().ServerResourcesForGroupVersionWithContext(askCtx, gv)
+			cancel()
 			switch {
+			case ctx.Err() != nil: // shutting down: no question left to answer
 			case apierrors.IsNotFound(err):
 				logger.Info("Caches not synced: the API server does not serve "+gv+"; is the Bar CRD installed? (kubectl apply -f artifacts/crd)", "waitingFor", missing)
 			case err != nil:
@@ -286,27 +330,29 @@ func (c *Controller) waitForCaches(ctx context.Context) bool {
 	return err == nil
 }
 
-func (c *Controller) runWorker(ctx context.Context) {
-	for c.processNextWorkItem(ctx) {
+// runWorker syncs Bars until stop ends; ctx is that of the syncs' API
+// calls (see Run).
+func (c *Controller) runWorker(ctx, stop context.Context) {
+	for c.processNextWorkItem(ctx, stop) {
 	}
 }
 
 // processNextWorkItem is the dequeue step: take one key, sync it, and tell
 // the queue how it went. It returns false when the worker should stop.
-func (c *Controller) processNextWorkItem(ctx context.Context) bool {
+func (c *Controller) processNextWorkItem(ctx, stop context.Context) bool {
 	key, shutdown := c.queue.Get()
 	if shutdown {
 		return false
 	}
 	defer c.queue.Done(key)
 	c.trace.dequeued(key, c.queue.NumRequeues(key))
-	if ctx.Err() != nil {
+	if stop.Err() != nil {
 		// Shutting down: a queued key is not "in progress". It will be
 		// synced again from the caches after the next start.
 		return false
 	}
 
-	syncCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), syncTimeout)
+	syncCtx, cancel := context.WithTimeout(ctx, syncTimeout)
 	defer cancel()
 	start := time.Now()
 	err := c.syncHandler(syncCtx, key)
@@ -321,7 +367,16 @@ func (c *Controller) processNextWorkItem(ctx context.Context) bool {
 		metrics.RecordSync(metrics.SyncStale, time.Since(start))
 		c.trace.synced(key, start, metrics.SyncStale, err)
 		klog.FromContext(ctx).V(4).Info("Waiting for the cache to catch up", "bar", key, "reason", err)
-		c.queue.AddRateLimited(key)
+		// A short fixed wait, not AddRateLimited: the informer is
+		// expected to catch up within milliseconds, and the rate limiter's
+		// backoff and shared bucket are the retry budget of failures. A
+		// cold start of thousands of Bars has thousands of these, which
+		// would empty the bucket and delay every real retry after them.
+		c.queue.AddAfter(key, staleRetryDelay)
+	case ctx.Err() != nil:
+		// Cancelled because the controller may no longer write (Run):
+		// not a failure of this Bar, and nothing to retry here.
+		c.trace.synced(key, start, metrics.SyncError, err)
 	default:
 		metrics.RecordSync(metrics.SyncError, time.Since(start))
 		c.trace.synced(key, start, metrics.SyncError, err)

@@ -18,13 +18,76 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
 
 	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
 )
 
-// eventWriters is how many event writes may be in flight at once.
-const eventWriters = 4
+const (
+	// eventWriters is how many event writes may be in flight at once.
+	eventWriters = 4
+	// eventFlushTimeout bounds how long a graceful shutdown waits, after the
+	// last sync, for the Events still being written.
+	eventFlushTimeout = 5 * time.Second
+	// eventQuiet is how long after the last Event was recorded, and the
+	// last write started or ended, the flush counts them all as written.
+	// tools/events passes each Event on through two goroutines of its own
+	// (recorderImpl.eventf to the broadcaster, recordToSink to the sink),
+	// each a matter of microseconds, but nothing says when they are done;
+	// the margin covers a process the kernel throttles to its CPU limit
+	// (CFS periods are 100 ms).
+	eventQuiet = 250 * time.Millisecond
+)
+
+// recordEvents starts writing the recorded Events to the API server, with
+// ctx: when ctx ends, the writes in progress are cancelled and no further
+// one is made (see Run). stop ends recording. Unless ctx has ended, it
+// first gives the Events already recorded up to eventFlushTimeout to be
+// written: after a graceful shutdown, the Events of the syncs that were
+// let finish are written too.
+func (c *Controller) recordEvents(ctx context.Context) (stop func(), err error) {
+	eventCtx, cancel := context.WithCancel(ctx)
+	if err := c.broadcaster.StartRecordingToSinkWithContext(eventCtx); err != nil {
+		cancel()
+		return nil, fmt.Errorf("recording events: %w", err)
+	}
+	return func() {
+		defer cancel()
+		// Shut down only once the Events are written: the broadcaster
+		// drops what reaches it after that.
+		defer c.broadcaster.Shutdown()
+		if ctx.Err() != nil {
+			return
+		}
+		flushCtx, cancelFlush := context.WithTimeout(ctx, eventFlushTimeout)
+		defer cancelFlush()
+		if err := c.eventSink.waitIdle(flushCtx, eventQuiet); err != nil && ctx.Err() == nil {
+			klog.FromContext(ctx).Info("Gave up waiting for Events to be written", "waited", eventFlushTimeout, "inFlight", c.eventSink.active.Load())
+		}
+	}, nil
+}
+
+// newRecorder returns the controller's Event recorder: the broadcaster's,
+// telling the sink of every Event recorded (see eventQuiet).
+func (c *Controller) newRecorder() events.EventRecorder {
+	return notingRecorder{EventRecorder: c.broadcaster.NewRecorder(scheme.Scheme, controllerAgentName), sink: c.eventSink}
+}
+
+type notingRecorder struct {
+	events.EventRecorder
+	sink *limitedSink
+}
+
+func (r notingRecorder) Eventf(regarding, related runtime.Object, eventtype, reason, action, note string, args ...interface{}) {
+	r.EventRecorder.Eventf(regarding, related, eventtype, reason, action, note, args...)
+	r.sink.changed.Store(time.Now().UnixNano())
+}
 
 // limitedSink lets at most a fixed number of event writes reach the API
 // server at once. tools/events writes every event from its own goroutine;
@@ -37,6 +100,12 @@ const eventWriters = 4
 type limitedSink struct {
 	sink  events.EventSink
 	slots chan struct{}
+
+	// active counts the writes waiting for a slot or in flight; changed
+	// is when it last changed or an Event was recorded (UnixNano), for
+	// waitIdle.
+	active  atomic.Int64
+	changed atomic.Int64
 }
 
 func newLimitedSink(sink events.EventSink, n int) *limitedSink {
@@ -44,6 +113,11 @@ func newLimitedSink(sink events.EventSink, n int) *limitedSink {
 }
 
 func (s *limitedSink) acquire(ctx context.Context) error {
+	// Checked first: a select with a free slot and an ended ctx may pick
+	// either, and a write after its ctx ended must not start.
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	select {
 	case s.slots <- struct{}{}:
 		return nil
@@ -54,7 +128,37 @@ func (s *limitedSink) acquire(ctx context.Context) error {
 
 func (s *limitedSink) release() { <-s.slots }
 
+// track counts a write from its call to its return; call the result when it
+// returns.
+func (s *limitedSink) track() func() {
+	s.active.Add(1)
+	s.changed.Store(time.Now().UnixNano())
+	return func() {
+		s.active.Add(-1)
+		s.changed.Store(time.Now().UnixNano())
+	}
+}
+
+// waitIdle returns once no write has been waiting or in flight, and none
+// started or ended nor an Event was recorded, for quiet; or ctx's error
+// when ctx ends first.
+func (s *limitedSink) waitIdle(ctx context.Context, quiet time.Duration) error {
+	tick := time.NewTicker(quiet / 10)
+	defer tick.Stop()
+	for {
+		if s.active.Load() == 0 && time.Since(time.Unix(0, s.changed.Load())) >= quiet {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
 func (s *limitedSink) Create(ctx context.Context, event *eventsv1.Event) (*eventsv1.Event, error) {
+	defer s.track()()
 	if err := s.acquire(ctx); err != nil {
 		return nil, err
 	}
@@ -63,6 +167,7 @@ func (s *limitedSink) Create(ctx context.Context, event *eventsv1.Event) (*event
 }
 
 func (s *limitedSink) Update(ctx context.Context, event *eventsv1.Event) (*eventsv1.Event, error) {
+	defer s.track()()
 	if err := s.acquire(ctx); err != nil {
 		return nil, err
 	}
@@ -71,6 +176,7 @@ func (s *limitedSink) Update(ctx context.Context, event *eventsv1.Event) (*event
 }
 
 func (s *limitedSink) Patch(ctx context.Context, event *eventsv1.Event, data []byte) (*eventsv1.Event, error) {
+	defer s.track()()
 	if err := s.acquire(ctx); err != nil {
 		return nil, err
 	}

@@ -96,3 +96,36 @@ func TestLimitedSink(t *testing.T) {
 		t.Errorf("%d writes in flight at most, want 3", most)
 	}
 }
+
+// The flush of Events at a graceful shutdown waits for the writes in flight
+// and returns once there are none; with writes that never end, it gives up
+// at its bound.
+func TestLimitedSinkWaitIdle(t *testing.T) {
+	s := newLimitedSink(&blockingSink{release: make(chan struct{})}, 2)
+	if err := s.waitIdle(context.Background(), 10*time.Millisecond); err != nil {
+		t.Fatalf("an unused sink is idle: %v", err)
+	}
+	bs := s.sink.(*blockingSink)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = s.Create(context.Background(), &eventsv1.Event{})
+	}()
+	for s.active.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if err := s.waitIdle(ctx, 10*time.Millisecond); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("with a write in flight: %v, want the deadline", err)
+	}
+	close(bs.release)
+	<-done
+	start := time.Now()
+	if err := s.waitIdle(context.Background(), 50*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d < 40*time.Millisecond {
+		t.Errorf("idle after %v, want the quiet period (50ms) after the last write", d)
+	}
+}

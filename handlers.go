@@ -92,8 +92,26 @@ func (c *Controller) updateBar(oldObj, newObj interface{}) {
 	c.enqueue(key)
 }
 
-// Deleted Bars need no handler: the garbage collector removes their
-// Deployments through the ownerReference newDeployment sets.
+// deleteBar enqueues a deleted Bar once more. Its Deployments need nothing:
+// the garbage collector removes them through the ownerReference
+// newDeployment sets. But the write tracker may still hold the Bar's last
+// writes (freshness.go), and only a sync that finds the Bar gone forgets
+// them: without this one, nothing would ever sync that key again. (Forgetting
+// here instead would race with a sync of the Bar still in progress, which
+// records its writes after.)
+func (c *Controller) deleteBar(obj interface{}) {
+	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tombstone.Obj
+	}
+	bar, ok := obj.(*barv1alpha1.Bar)
+	if !ok {
+		utilruntime.HandleErrorWithLogger(c.logger, nil, "Unexpected object in Bar delete event", "type", fmt.Sprintf("%T", obj))
+		return
+	}
+	key := cache.MetaObjectToName(bar)
+	c.trace.event("deleteBar", bar, "", false, key, "self")
+	c.enqueue(key)
+}
 
 // The Deployment handlers serve both Deployment informers (main.go): the
 // metadata-only one, which sees every Deployment and so every name a Bar

@@ -24,6 +24,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	goruntime "runtime"
 	"sync"
 	"syscall"
 	"time"
@@ -232,16 +233,20 @@ func run(ctx context.Context, opts options) error {
 	defer shutdownInformers(logger, informerShutdownTimeout, kubeInformerFactory, metaInformerFactory, barInformerFactory)
 	defer stopInformers() // runs first
 
-	work := func(ctx context.Context) error { return controller.Run(ctx, opts.workers) }
+	work := func(ctx, shutdown context.Context) error { return controller.Run(ctx, shutdown, opts.workers) }
 	if !opts.leaderElection.Enabled {
-		return work(ctx)
+		// Nothing takes the right to write away: a signal only asks the
+		// syncs in progress to finish (within syncTimeout).
+		return work(context.WithoutCancel(ctx), ctx)
 	}
 	if opts.leaderElection.Namespace == "" {
 		opts.leaderElection.Namespace = leader.DefaultNamespace()
 	}
 	// Lease renewals get a client of their own, so a busy controller's
 	// rate limiter can never delay them past the renew deadline.
-	electionClient, err := kubernetes.NewForConfig(rest.AddUserAgent(rest.CopyConfig(cfg), "leader-election"))
+	electionCfg := rest.CopyConfig(cfg)
+	electionCfg.UserAgent += "/leader-election"
+	electionClient, err := kubernetes.NewForConfig(electionCfg)
 	if err != nil {
 		return err
 	}
@@ -308,7 +313,20 @@ func restConfig(opts options) (*rest.Config, error) {
 	}
 	cfg.QPS = float32(opts.qps)
 	cfg.Burst = opts.burst
-	return rest.AddUserAgent(cfg, "bar-controller/"+version), nil
+	replica, err := leader.ReplicaName()
+	if err != nil {
+		return nil, err
+	}
+	cfg.UserAgent = userAgent(replica)
+	return cfg, nil
+}
+
+// userAgent names the controller in the API server's audit log and request
+// metrics: its version, and which replica sent the request (the Pod name),
+// so that the writes of two replicas, such as an old and a new leader, can
+// be told apart.
+func userAgent(replica string) string {
+	return fmt.Sprintf("bar-controller/%s (%s/%s) %s", version, goruntime.GOOS, goruntime.GOARCH, replica)
 }
 
 // informerShutdownTimeout bounds how long an exiting controller waits for

@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -54,7 +55,7 @@ func TestRunFinishesSyncInProgressOnShutdown(t *testing.T) {
 	defer cancel()
 	f.startInformers(runCtx)
 	done := make(chan error, 1)
-	go func() { done <- c.Run(runCtx, 2) }()
+	go func() { done <- c.Run(ctx, runCtx, 2) }()
 
 	select {
 	case <-entered:
@@ -88,4 +89,57 @@ func TestRunFinishesSyncInProgressOnShutdown(t *testing.T) {
 		t.Errorf("the interrupted sync did not write the Bar's status; requests: %v", f.client.Actions())
 	}
 	f.shutdownInformers()
+}
+
+// TestRunWritesEventsOfSyncsFinishedDuringShutdown: a sync that a graceful
+// shutdown lets finish reports its Event too, through the real broadcaster,
+// before Run returns. (test/faults TestSIGTERMFinishesSyncWithItsEvent
+// shows the same against a real API server, with the real signal.)
+func TestRunWritesEventsOfSyncsFinishedDuringShutdown(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f := newFixture(t)
+	bar := newBar("test", "web", 1)
+	f.bars = append(f.bars, bar)
+	c := f.newController(ctx)
+	c.recorder = c.newRecorder() // the fixture's is a fake
+
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	f.kubeclient.PrependReactor("patch", "deployments", func(core.Action) (bool, runtime.Object, error) {
+		once.Do(func() { close(entered) })
+		<-release
+		return false, nil, nil
+	})
+	shutdown, stop := context.WithCancel(ctx)
+	defer stop()
+	informerCtx, stopInformers := context.WithCancel(ctx)
+	f.startInformers(informerCtx)
+	defer f.shutdownInformers()
+	defer stopInformers() // runs first
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx, shutdown, 2) }()
+	select {
+	case <-entered:
+	case <-time.After(wait.ForeverTestTimeout):
+		t.Fatal("no sync reached the Deployment apply")
+	}
+	stop()
+	time.Sleep(100 * time.Millisecond) // Run has seen the shutdown
+	close(release)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(wait.ForeverTestTimeout):
+		t.Fatal("Run did not return after the sync finished")
+	}
+	for _, a := range f.kubeclient.Actions() {
+		if a.GetVerb() == "create" && a.GetResource().Resource == "events" {
+			if ev := a.(core.CreateAction).GetObject().(*eventsv1.Event); ev.Reason == EventDeploymentCreated {
+				return
+			}
+		}
+	}
+	t.Errorf("no DeploymentCreated Event written by the time Run returned; requests: %v", f.kubeclient.Actions())
 }

@@ -57,7 +57,9 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) erro
 	}
 	if bar.DeletionTimestamp != nil {
 		// Being deleted: do not recreate what the garbage collector removes.
+		// Nothing more is written for it, so nothing to wait for either.
 		c.trace.decision(key, "Bar is being deleted: nothing to do", "")
+		c.writes.forget(key)
 		return nil
 	}
 	if err := c.writes.caughtUp(key); err != nil {

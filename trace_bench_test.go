@@ -55,7 +55,7 @@ func BenchmarkEventToNoOpSync(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				c.updateBar(bar, bar)
-				if !c.processNextWorkItem(ctx) {
+				if !c.processNextWorkItem(ctx, ctx) {
 					b.Fatal("queue shut down")
 				}
 			}

@@ -105,7 +105,7 @@ func TestTraceStages(t *testing.T) {
 	}
 	f.startInformers(ctx)
 	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx, 2) }()
+	go func() { done <- c.Run(ctx, ctx, 2) }()
 	defer func() {
 		cancel()
 		<-done

@@ -50,24 +50,41 @@ type Options struct {
 	RetryPeriod   time.Duration
 }
 
+// Work is what runs while this process holds the Lease. Its two contexts
+// end for different reasons, and work must treat them differently:
+//
+//   - leading ends the moment the Lease is lost. Another replica may be
+//     writing already, so every API call in progress must be cancelled at
+//     once: a write after that could undo the new leader's.
+//   - shutdown ends on a signal. Work stops taking new work, lets what is in
+//     progress finish, and returns; only then is the Lease released.
+type Work func(leading, shutdown context.Context) error
+
 // Run runs work only while this process holds the Lease. Standbys
 // wait in le.Run with warm informers, so a takeover starts syncing at once.
 //
 // The order on shutdown matters: a signal first stops work (syncs in
 // progress finish), and only then is the Lease released, so that a standby
 // never starts while this process is still writing.
+//
+// A Lease is lost when a read of it names another holder, or when this
+// process has not renewed it for the renew deadline (see guard). The renew
+// deadline is shorter than the lease duration, which a standby waits out
+// before it takes over, so work stopped at once then has stopped before a
+// new leader begins.
 func Run(ctx context.Context, client kubernetes.Interface, opts Options,
-	watchdog *leaderelection.HealthzAdaptor, work func(context.Context) error) error {
+	watchdog *leaderelection.HealthzAdaptor, work Work) error {
 	logger := klog.FromContext(ctx)
 	identity, err := leaderIdentity()
 	if err != nil {
 		return err
 	}
-	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, opts.Namespace, opts.LeaseName,
+	leaseLock, err := resourcelock.New(resourcelock.LeasesResourceLock, opts.Namespace, opts.LeaseName,
 		client.CoreV1(), client.CoordinationV1(), resourcelock.ResourceLockConfig{Identity: identity})
 	if err != nil {
 		return fmt.Errorf("creating the lease lock: %w", err)
 	}
+	lock := newGuard(leaseLock, opts.RenewDeadline)
 
 	// The elector gets a context of its own: cancelling it releases the lease.
 	electorCtx, stopElector := context.WithCancel(context.WithoutCancel(ctx))
@@ -109,11 +126,18 @@ func Run(ctx context.Context, client kubernetes.Interface, opts Options,
 				leading = true
 				mu.Unlock()
 				logger.Info("Became leader; starting work", "identity", identity)
-				// Work stops on a signal (ctx) or when the lease is lost (leaderCtx).
-				workCtx, cancel := context.WithCancel(leaderCtx)
-				defer cancel()
-				defer context.AfterFunc(ctx, cancel)()
-				workDone <- work(workCtx)
+				// workCtx ends when the Lease is lost (the guard knows first;
+				// the elector ends leaderCtx later, see guard) or on
+				// stopElector below. A signal (ctx) does not end it, so the
+				// syncs it lets finish may still write.
+				workCtx, lose := context.WithCancel(leaderCtx)
+				defer lose()
+				lock.lead(func(reason string) {
+					logger.Info("Lost the lease: stopping every write at once", "reason", reason)
+					lose()
+				})
+				defer lock.stop()
+				workDone <- work(workCtx, ctx)
 				stopElector() // work is done: now release the lease
 			},
 			OnStoppedLeading: func() {
@@ -151,18 +175,27 @@ func Run(ctx context.Context, client kubernetes.Interface, opts Options,
 	}
 }
 
-// leaderIdentity names this process in the Lease: the Pod name in a
-// cluster (set from the downward API), else the host name, plus a random
-// suffix so a restarted process is not mistaken for its predecessor.
+// leaderIdentity names this process in the Lease: its ReplicaName plus a
+// random suffix so a restarted process is not mistaken for its predecessor.
 func leaderIdentity() (string, error) {
-	id := os.Getenv("POD_NAME")
-	if id == "" {
-		var err error
-		if id, err = os.Hostname(); err != nil {
-			return "", fmt.Errorf("no POD_NAME and no host name for the leader identity: %w", err)
-		}
+	id, err := ReplicaName()
+	if err != nil {
+		return "", err
 	}
 	return id + "_" + string(uuid.NewUUID()), nil
+}
+
+// ReplicaName names this replica: the Pod name in a cluster (set from the
+// downward API), else the host name.
+func ReplicaName() (string, error) {
+	if id := os.Getenv("POD_NAME"); id != "" {
+		return id, nil
+	}
+	id, err := os.Hostname()
+	if err != nil {
+		return "", fmt.Errorf("no POD_NAME and no host name to name this replica: %w", err)
+	}
+	return id, nil
 }
 
 // DefaultNamespace is the namespace the process runs in, if known.

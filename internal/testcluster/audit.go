@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 )
 
 // The audit log is how a test counts what a controller running in its own
@@ -63,6 +64,11 @@ type AuditEvent struct {
 	User  struct {
 		Username string `json:"username"`
 	} `json:"user"`
+	UserAgent string `json:"userAgent"`
+	// Received is when the API server got the request, Completed when it
+	// had answered it (and so, for a write, made it).
+	Received  time.Time `json:"requestReceivedTimestamp"`
+	Completed time.Time `json:"stageTimestamp"`
 	ObjectRef *struct {
 		Resource    string `json:"resource"`
 		Subresource string `json:"subresource"`
@@ -93,6 +99,14 @@ func (e AuditEvent) String() string {
 // Writes returns the writes user made in namespace, oldest first, as the
 // API server's audit log has them (Options.AuditLog must be set).
 func (c *Cluster) Writes(user, namespace string) ([]AuditEvent, error) {
+	return c.AuditedWrites(func(e AuditEvent) bool {
+		return e.User.Username == user && e.ObjectRef != nil && e.ObjectRef.Namespace == namespace
+	})
+}
+
+// AuditedWrites returns the writes that keep accepts, in the order the API
+// server completed them (Options.AuditLog must be set).
+func (c *Cluster) AuditedWrites(keep func(AuditEvent) bool) ([]AuditEvent, error) {
 	if c.AuditLog == "" {
 		return nil, fmt.Errorf("the cluster was started without Options.AuditLog")
 	}
@@ -110,7 +124,7 @@ func (c *Cluster) Writes(user, namespace string) ([]AuditEvent, error) {
 			// The last line may be half-written while the server runs.
 			continue
 		}
-		if e.Stage == "ResponseComplete" && e.User.Username == user && e.ObjectRef != nil && e.ObjectRef.Namespace == namespace {
+		if e.Stage == "ResponseComplete" && keep(e) {
 			out = append(out, e)
 		}
 	}

@@ -1,0 +1,71 @@
+/*
+Copyright The bar-controller Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package main
+
+import (
+	"testing"
+	"time"
+
+	"k8s.io/klog/v2/ktesting"
+)
+
+// A sync that finds a cache older than its own write waits a short fixed
+// time and looks again. It is not a failure: it must not grow the key's
+// backoff (NumRequeues) nor take from the rate limiter's shared bucket,
+// which are for retrying failures.
+func TestStaleCacheRequeueSpendsNoRetryBudget(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f := newFixture(t)
+	bar := newBar("test", "web", 1)
+	f.bars = append(f.bars, bar)
+	c := f.newController(ctx)
+	bars := &fakeRVStore{rv: "100"}
+	c.writes = newWriteTracker(map[string][]rvStore{"bars": {bars}})
+	key := keyOf(bar)
+	c.writes.wrote(key, bar.UID, "bars", "105")
+	defer c.queue.ShutDown()
+
+	// Many times over: a key's exponential backoff would pass
+	// staleRetryDelay within a few rounds.
+	for round := range 8 {
+		c.queue.Add(key)
+		start := time.Now()
+		if !c.processNextWorkItem(ctx, ctx) {
+			t.Fatal("the worker stopped")
+		}
+		if n := c.queue.NumRequeues(key); n != 0 {
+			t.Fatalf("round %d: NumRequeues = %d after a stale cache, want 0", round, n)
+		}
+		if n := c.queue.Len(); n != 0 && time.Since(start) < staleRetryDelay {
+			t.Fatalf("round %d: key back in the queue before staleRetryDelay", round)
+		}
+		got, _ := c.queue.Get()
+		if waited := time.Since(start); waited < staleRetryDelay || waited > staleRetryDelay+time.Second {
+			t.Errorf("round %d: key back after %v, want %v", round, waited, staleRetryDelay)
+		}
+		c.queue.Done(got)
+	}
+	if n := len(f.kubeclient.Actions()); n != 0 {
+		t.Fatalf("a sync with a stale cache made %d requests", n)
+	}
+	bars.rv = "105"
+	c.queue.Add(key)
+	c.processNextWorkItem(ctx, ctx)
+	if n := len(f.kubeclient.Actions()); n == 0 {
+		t.Errorf("caught up, yet the sync did not apply the Deployment")
+	}
+}
