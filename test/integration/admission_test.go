@@ -128,6 +128,14 @@ func TestMutatingAdmissionDoesNotStartAFight(t *testing.T) {
 	eventually(t, "a DeploymentUpdated event per repair", func(context.Context) (bool, error) {
 		return eventCount(t, env, ns, "mirrored", "DeploymentUpdated") >= updates+2, nil
 	})
+	// The scale to 5 started Pods that the repair then scaled away: wait
+	// for the Deployment controller to settle, or the Bar's status follows
+	// it (and is written) inside the quiet window.
+	waitForDeployment(t, env, ns, "mirrored", "the Deployment to settle at 2 replicas", func(d *appsv1.Deployment) bool {
+		s := d.Status
+		return s.ObservedGeneration == d.Generation && s.Replicas == 2 && s.UpdatedReplicas == 2 &&
+			s.AvailableReplicas == 2 && ptr.Deref(s.TerminatingReplicas, 0) == 0
+	})
 	waitForReady(t, env, ns, "mirrored", 2)
 	quiet("after the repairs")
 	if n := eventCount(t, env, ns, "mirrored", "DeploymentUpdated"); n != updates+2 {
