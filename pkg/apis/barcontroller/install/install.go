@@ -24,6 +24,12 @@ limitations under the License.
 // ones in each version's conversion.go. There is no direct v1alpha1 <-> v1
 // conversion: every version converts only to and from the hub, so adding a
 // version means writing its conversion to the hub and no other.
+//
+// A converted object shares memory with the one it came from: conversion-gen
+// converts v1 and the hub, whose Go types are laid out alike, by casting
+// pointers, and copies maps and slices by reference elsewhere. Convert a deep
+// copy when the original is shared (an informer's cache, say) and the result
+// will be modified. The hand-written conversions never modify their input.
 package install
 
 import (
