@@ -19,7 +19,9 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
+	"slices"
 	"sync"
 	"testing"
 
@@ -63,8 +65,15 @@ var loadAdmission = sync.OnceValues(func() (*admission, error) {
 	if err := yaml.UnmarshalStrict(b, &crd); err != nil {
 		return nil, err
 	}
+	// The CRD lists every version of the API; the controller reads v1alpha1.
+	i := slices.IndexFunc(crd.Spec.Versions, func(v apiextensionsv1.CustomResourceDefinitionVersion) bool {
+		return v.Name == barv1alpha1.SchemeGroupVersion.Version
+	})
+	if i < 0 {
+		return nil, fmt.Errorf("the CRD has no version %s", barv1alpha1.SchemeGroupVersion.Version)
+	}
 	var props apiextensions.JSONSchemaProps
-	if err := apiextensionsv1.Convert_v1_JSONSchemaProps_To_apiextensions_JSONSchemaProps(crd.Spec.Versions[0].Schema.OpenAPIV3Schema, &props, nil); err != nil {
+	if err := apiextensionsv1.Convert_v1_JSONSchemaProps_To_apiextensions_JSONSchemaProps(crd.Spec.Versions[i].Schema.OpenAPIV3Schema, &props, nil); err != nil {
 		return nil, err
 	}
 	s, err := structuralschema.NewStructural(&props)

@@ -175,6 +175,7 @@ func TestCRDDefaultImageMatchesConstant(t *testing.T) {
 	var crd struct {
 		Spec struct {
 			Versions []struct {
+				Name   string `json:"name"`
 				Schema struct {
 					OpenAPIV3Schema struct {
 						Properties map[string]struct {
@@ -190,7 +191,17 @@ func TestCRDDefaultImageMatchesConstant(t *testing.T) {
 	if err := yaml.Unmarshal(raw, &crd); err != nil {
 		t.Fatal(err)
 	}
-	spec := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"].Properties
+	// The CRD lists every version of the API; the controller reads v1alpha1.
+	i := -1
+	for j, v := range crd.Spec.Versions {
+		if v.Name == barv1alpha1.SchemeGroupVersion.Version {
+			i = j
+		}
+	}
+	if i < 0 {
+		t.Fatalf("the CRD has no version %s", barv1alpha1.SchemeGroupVersion.Version)
+	}
+	spec := crd.Spec.Versions[i].Schema.OpenAPIV3Schema.Properties["spec"].Properties
 	if got := spec["image"].Default; got != barv1alpha1.DefaultImage {
 		t.Errorf("CRD default image %v, DefaultImage %q", got, barv1alpha1.DefaultImage)
 	}

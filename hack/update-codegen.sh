@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # Regenerates everything derived from the Go types in pkg/apis:
-#   - deepcopy functions (zz_generated.deepcopy.go)
+#   - deepcopy functions (zz_generated.deepcopy.go) for the internal version
+#     (pkg/apis/barcontroller) and every served version
+#   - conversions between each served version and the internal one
+#     (zz_generated.conversion.go; conversion-gen runs for the packages
+#     tagged +k8s:conversion-gen)
 #   - the typed clientset, listers, informers and apply configurations
 #     under pkg/generated (k8s.io/code-generator's kube_codegen.sh)
 #   - the CustomResourceDefinition under artifacts/crd (controller-gen)
@@ -33,16 +37,29 @@ kube::codegen::gen_helpers \
     --boilerplate "${REPO_ROOT}/hack/boilerplate.go.txt" \
     "${REPO_ROOT}/pkg/apis"
 
+# Clients only for the versioned packages with +genclient types: gen_client
+# looks for packages named like a version (v1, v1alpha1), so the internal
+# package is never a client. Bar's spec uses core/v1's ResourceRequirements,
+# whose apply configuration client-go already has.
 kube::codegen::gen_client \
     --with-watch \
     --with-applyconfig \
+    --applyconfig-externals "k8s.io/api/core/v1.ResourceRequirements:k8s.io/client-go/applyconfigurations/core/v1" \
     --output-dir "${REPO_ROOT}/pkg/generated" \
     --output-pkg "${MODULE}/pkg/generated" \
     --boilerplate "${REPO_ROOT}/hack/boilerplate.go.txt" \
     "${REPO_ROOT}/pkg/apis"
 
+# One CRD with every served version. Only the versioned packages: the
+# internal version is never served. Which version is served and which one is
+# stored comes from markers on the Bar types (+kubebuilder:storageversion,
+# +kubebuilder:unservedversion, +kubebuilder:deprecatedversion). For now
+# v1alpha1 is stored and v1 is not served, because the CRD converts with the
+# "None" strategy, which cannot move v1alpha1's fields to where v1 has them;
+# v1 becomes served and stored, and v1alpha1 deprecated, together with the
+# conversion webhook.
 echo "Generating the CRD with controller-gen"
 go tool controller-gen \
     crd \
-    paths="./pkg/apis/..." \
+    paths="./pkg/apis/barcontroller/v1alpha1;./pkg/apis/barcontroller/v1" \
     output:crd:artifacts:config=artifacts/crd

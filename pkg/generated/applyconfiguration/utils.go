@@ -19,7 +19,9 @@ limitations under the License.
 package applyconfiguration
 
 import (
+	v1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1"
 	v1alpha1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1alpha1"
+	barcontrollerv1 "github.com/barcontroller/bar-controller/pkg/generated/applyconfiguration/barcontroller/v1"
 	barcontrollerv1alpha1 "github.com/barcontroller/bar-controller/pkg/generated/applyconfiguration/barcontroller/v1alpha1"
 	internal "github.com/barcontroller/bar-controller/pkg/generated/applyconfiguration/internal"
 	runtime "k8s.io/apimachinery/pkg/runtime"
@@ -31,7 +33,19 @@ import (
 // apply configuration type exists for the given GroupVersionKind.
 func ForKind(kind schema.GroupVersionKind) interface{} {
 	switch kind {
-	// Group=barcontroller.dev, Version=v1alpha1
+	// Group=barcontroller.dev, Version=v1
+	case v1.SchemeGroupVersion.WithKind("Bar"):
+		return &barcontrollerv1.BarApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("BarDeployment"):
+		return &barcontrollerv1.BarDeploymentApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("BarPodTemplate"):
+		return &barcontrollerv1.BarPodTemplateApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("BarSpec"):
+		return &barcontrollerv1.BarSpecApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("BarStatus"):
+		return &barcontrollerv1.BarStatusApplyConfiguration{}
+
+		// Group=barcontroller.dev, Version=v1alpha1
 	case v1alpha1.SchemeGroupVersion.WithKind("Bar"):
 		return &barcontrollerv1alpha1.BarApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("BarSpec"):

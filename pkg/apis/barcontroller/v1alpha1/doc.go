@@ -15,8 +15,15 @@ limitations under the License.
 */
 
 // +k8s:deepcopy-gen=package
+// +k8s:conversion-gen=github.com/barcontroller/bar-controller/pkg/apis/barcontroller
 // +groupName=barcontroller.dev
 
 // Package v1alpha1 is version v1alpha1 of the Bar API: a Bar asks for a
 // Deployment of a given name, size and image, and bar-controller makes it so.
+//
+// v1 supersedes it (see pkg/apis/barcontroller/v1): it groups the spec into
+// spec.deployment and spec.template and adds the container's resources,
+// which v1alpha1 carries in the ResourcesAnnotation so that reading and
+// writing a Bar through v1alpha1 keeps them. conversion.go converts the
+// fields that changed shape; zz_generated.conversion.go the rest.
 package v1alpha1

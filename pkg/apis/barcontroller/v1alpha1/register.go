@@ -41,8 +41,13 @@ var (
 	// SchemeBuilder collects the functions that add this version's types to a
 	// scheme; the generated clientset calls AddToScheme.
 	SchemeBuilder = runtime.NewSchemeBuilder(addKnownTypes)
-	// AddToScheme adds Bar and BarList to a scheme.
-	AddToScheme = SchemeBuilder.AddToScheme
+	// localSchemeBuilder is what the generated zz_generated.conversion.go
+	// registers its conversion functions with (in an init func), so that
+	// AddToScheme adds the conversions to and from the internal version too.
+	localSchemeBuilder = &SchemeBuilder
+	// AddToScheme adds Bar and BarList, and their conversions to and from
+	// the internal version, to a scheme.
+	AddToScheme = localSchemeBuilder.AddToScheme
 )
 
 func addKnownTypes(scheme *runtime.Scheme) error {

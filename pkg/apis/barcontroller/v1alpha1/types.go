@@ -29,6 +29,7 @@ const DefaultImage = "nginx:1.28.0"
 // +genclient
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
 // +kubebuilder:object:root=true
+// +kubebuilder:storageversion
 // +kubebuilder:resource:path=bars,singular=bar,scope=Namespaced,shortName=br
 // +kubebuilder:subresource:status
 // +kubebuilder:subresource:scale:specpath=.spec.replicas,statuspath=.status.availableReplicas
@@ -42,6 +43,10 @@ const DefaultImage = "nginx:1.28.0"
 // Bar asks for one Deployment, named by spec.deploymentName, running
 // spec.replicas copies of spec.image. The controller creates it, keeps it the
 // way the Bar says, and reports how it is doing in status.
+// Version v1 has more fields: the container's resources (spec.template.resources
+// in v1) appear here as JSON in the annotation
+// barcontroller.dev/v1-template-resources; keep it when writing the Bar back
+// to keep them, remove it to clear them.
 type Bar struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

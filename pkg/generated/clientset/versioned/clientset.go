@@ -22,6 +22,7 @@ import (
 	fmt "fmt"
 	http "net/http"
 
+	barcontrollerv1 "github.com/barcontroller/bar-controller/pkg/generated/clientset/versioned/typed/barcontroller/v1"
 	barcontrollerv1alpha1 "github.com/barcontroller/bar-controller/pkg/generated/clientset/versioned/typed/barcontroller/v1alpha1"
 	discovery "k8s.io/client-go/discovery"
 	rest "k8s.io/client-go/rest"
@@ -30,13 +31,20 @@ import (
 
 type Interface interface {
 	Discovery() discovery.DiscoveryInterfaces
+	BarcontrollerV1() barcontrollerv1.BarcontrollerV1Interface
 	BarcontrollerV1alpha1() barcontrollerv1alpha1.BarcontrollerV1alpha1Interface
 }
 
 // Clientset contains the clients for groups.
 type Clientset struct {
 	*discovery.DiscoveryClient
+	barcontrollerV1       *barcontrollerv1.BarcontrollerV1Client
 	barcontrollerV1alpha1 *barcontrollerv1alpha1.BarcontrollerV1alpha1Client
+}
+
+// BarcontrollerV1 retrieves the BarcontrollerV1Client
+func (c *Clientset) BarcontrollerV1() barcontrollerv1.BarcontrollerV1Interface {
+	return c.barcontrollerV1
 }
 
 // BarcontrollerV1alpha1 retrieves the BarcontrollerV1alpha1Client
@@ -88,6 +96,10 @@ func NewForConfigAndClient(c *rest.Config, httpClient *http.Client) (*Clientset,
 
 	var cs Clientset
 	var err error
+	cs.barcontrollerV1, err = barcontrollerv1.NewForConfigAndClient(&configShallowCopy, httpClient)
+	if err != nil {
+		return nil, err
+	}
 	cs.barcontrollerV1alpha1, err = barcontrollerv1alpha1.NewForConfigAndClient(&configShallowCopy, httpClient)
 	if err != nil {
 		return nil, err
@@ -113,6 +125,7 @@ func NewForConfigOrDie(c *rest.Config) *Clientset {
 // New creates a new Clientset for the given RESTClient.
 func New(c rest.Interface) *Clientset {
 	var cs Clientset
+	cs.barcontrollerV1 = barcontrollerv1.New(c)
 	cs.barcontrollerV1alpha1 = barcontrollerv1alpha1.New(c)
 
 	cs.DiscoveryClient = discovery.NewDiscoveryClient(c)

@@ -21,6 +21,7 @@ package externalversions
 import (
 	fmt "fmt"
 
+	v1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1"
 	v1alpha1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1alpha1"
 	schema "k8s.io/apimachinery/pkg/runtime/schema"
 	cache "k8s.io/client-go/tools/cache"
@@ -52,7 +53,11 @@ func (f *genericInformer) Lister() cache.GenericLister {
 // TODO extend this to unknown resources with a client pool
 func (f *sharedInformerFactory) ForResource(resource schema.GroupVersionResource) (GenericInformer, error) {
 	switch resource {
-	// Group=barcontroller.dev, Version=v1alpha1
+	// Group=barcontroller.dev, Version=v1
+	case v1.SchemeGroupVersion.WithResource("bars"):
+		return &genericInformer{resource: resource.GroupResource(), informer: f.Barcontroller().V1().Bars().Informer()}, nil
+
+		// Group=barcontroller.dev, Version=v1alpha1
 	case v1alpha1.SchemeGroupVersion.WithResource("bars"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Barcontroller().V1alpha1().Bars().Informer()}, nil
 

@@ -30,6 +30,10 @@ import (
 // Bar asks for one Deployment, named by spec.deploymentName, running
 // spec.replicas copies of spec.image. The controller creates it, keeps it the
 // way the Bar says, and reports how it is doing in status.
+// Version v1 has more fields: the container's resources (spec.template.resources
+// in v1) appear here as JSON in the annotation
+// barcontroller.dev/v1-template-resources; keep it when writing the Bar back
+// to keep them, remove it to clear them.
 type BarApplyConfiguration struct {
 	v1.TypeMetaApplyConfiguration    `json:""`
 	*v1.ObjectMetaApplyConfiguration `json:"metadata,omitempty"`

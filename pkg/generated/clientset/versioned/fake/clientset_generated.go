@@ -21,6 +21,8 @@ package fake
 import (
 	applyconfiguration "github.com/barcontroller/bar-controller/pkg/generated/applyconfiguration"
 	clientset "github.com/barcontroller/bar-controller/pkg/generated/clientset/versioned"
+	barcontrollerv1 "github.com/barcontroller/bar-controller/pkg/generated/clientset/versioned/typed/barcontroller/v1"
+	fakebarcontrollerv1 "github.com/barcontroller/bar-controller/pkg/generated/clientset/versioned/typed/barcontroller/v1/fake"
 	barcontrollerv1alpha1 "github.com/barcontroller/bar-controller/pkg/generated/clientset/versioned/typed/barcontroller/v1alpha1"
 	fakebarcontrollerv1alpha1 "github.com/barcontroller/bar-controller/pkg/generated/clientset/versioned/typed/barcontroller/v1alpha1/fake"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -135,6 +137,11 @@ var (
 	_ clientset.Interface = &Clientset{}
 	_ testing.FakeClient  = &Clientset{}
 )
+
+// BarcontrollerV1 retrieves the BarcontrollerV1Client
+func (c *Clientset) BarcontrollerV1() barcontrollerv1.BarcontrollerV1Interface {
+	return &fakebarcontrollerv1.FakeBarcontrollerV1{Fake: &c.Fake}
+}
 
 // BarcontrollerV1alpha1 retrieves the BarcontrollerV1alpha1Client
 func (c *Clientset) BarcontrollerV1alpha1() barcontrollerv1alpha1.BarcontrollerV1alpha1Interface {

@@ -19,6 +19,7 @@ limitations under the License.
 package fake
 
 import (
+	barcontrollerv1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1"
 	barcontrollerv1alpha1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1alpha1"
 	v1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtime "k8s.io/apimachinery/pkg/runtime"
@@ -31,6 +32,7 @@ var scheme = runtime.NewScheme()
 var codecs = serializer.NewCodecFactory(scheme)
 
 var localSchemeBuilder = runtime.SchemeBuilder{
+	barcontrollerv1.AddToScheme,
 	barcontrollerv1alpha1.AddToScheme,
 }
 

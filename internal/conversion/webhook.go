@@ -1,0 +1,148 @@
+/*
+Copyright The bar-controller Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package conversion serves the Bar CRD's conversion webhook: the API
+// server stores every Bar in one version (v1) and asks this webhook,
+// with a ConversionReview, whenever a client reads or writes a Bar in
+// another version, or an object stored in an older version is read.
+//
+// The webhook converts through the hub, as Kubernetes' own API server
+// converts its built-in types: decode the object in the version it comes
+// in, convert it to the internal version (pkg/apis/barcontroller), convert
+// that to the version asked for, with the functions conversion-gen
+// generated plus the hand-written ones (pkg/apis/barcontroller/install).
+// It keeps no state and needs no leader: every replica serves it.
+package conversion
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/klog/v2"
+
+	"github.com/barcontroller/bar-controller/pkg/apis/barcontroller"
+	"github.com/barcontroller/bar-controller/pkg/apis/barcontroller/install"
+)
+
+// Path is where the CRD's webhook clientConfig points.
+const Path = "/convert"
+
+// maxRequestBytes bounds a review: the API server sends at most a list's
+// worth of Bars, and etcd's object limit is 1.5 MiB each; a request past
+// this is not from the API server.
+const maxRequestBytes = 64 << 20
+
+// Converter converts Bars between the versions of the API.
+type Converter struct {
+	scheme *runtime.Scheme
+	codecs serializer.CodecFactory
+}
+
+// NewConverter returns a Converter that knows every version of the Bar API.
+func NewConverter() *Converter {
+	scheme := runtime.NewScheme()
+	install.Install(scheme)
+	return &Converter{scheme: scheme, codecs: serializer.NewCodecFactory(scheme)}
+}
+
+// ServeHTTP answers a ConversionReview (apiextensions.k8s.io/v1).
+func (c *Converter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	logger := klog.FromContext(r.Context())
+	if r.Method != http.MethodPost {
+		http.Error(w, "only POST", http.StatusMethodNotAllowed)
+		return
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxRequestBytes))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	var review apiextensionsv1.ConversionReview
+	if err := json.Unmarshal(body, &review); err != nil || review.Request == nil {
+		http.Error(w, fmt.Sprintf("not a ConversionReview: %v", err), http.StatusBadRequest)
+		return
+	}
+	review.Response = c.Convert(review.Request)
+	if review.Response.Result.Status != metav1.StatusSuccess {
+		logger.Error(nil, "Conversion failed", "to", review.Request.DesiredAPIVersion, "reason", review.Response.Result.Message)
+	} else {
+		logger.V(4).Info("Converted", "objects", len(review.Request.Objects), "to", review.Request.DesiredAPIVersion)
+	}
+	review.Request = nil // the API server reads only the response
+	w.Header().Set("Content-Type", "application/json")
+	if err := json.NewEncoder(w).Encode(&review); err != nil {
+		logger.Error(err, "Writing the ConversionReview response")
+	}
+}
+
+// Convert answers one request: every object converted, or a failure that
+// says which object and why (the API server then fails the client's
+// request with that message).
+func (c *Converter) Convert(req *apiextensionsv1.ConversionRequest) *apiextensionsv1.ConversionResponse {
+	resp := &apiextensionsv1.ConversionResponse{UID: req.UID}
+	target, err := schema.ParseGroupVersion(req.DesiredAPIVersion)
+	if err != nil || target.Group != barcontroller.GroupName || !c.scheme.IsVersionRegistered(target) {
+		resp.Result = failure(fmt.Sprintf("cannot convert to %q: not a version of the %s API", req.DesiredAPIVersion, barcontroller.GroupName))
+		return resp
+	}
+	// LegacyCodec encodes an internal object in the target version.
+	encoder := c.codecs.LegacyCodec(target)
+	decoder := c.codecs.UniversalDeserializer()
+	for i, raw := range req.Objects {
+		out, err := c.convertOne(raw.Raw, target, decoder, encoder)
+		if err != nil {
+			resp.ConvertedObjects = nil
+			resp.Result = failure(fmt.Sprintf("object %d of %d: %v", i+1, len(req.Objects), err))
+			return resp
+		}
+		resp.ConvertedObjects = append(resp.ConvertedObjects, runtime.RawExtension{Raw: out})
+	}
+	resp.Result = metav1.Status{Status: metav1.StatusSuccess}
+	return resp
+}
+
+func (c *Converter) convertOne(raw []byte, target schema.GroupVersion, decoder runtime.Decoder, encoder runtime.Encoder) ([]byte, error) {
+	in, gvk, err := decoder.Decode(raw, nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	if gvk.Group != barcontroller.GroupName {
+		return nil, fmt.Errorf("%s is not a version of the %s API", gvk.GroupVersion(), barcontroller.GroupName)
+	}
+	if gvk.GroupVersion() == target {
+		return raw, nil // the API server does not ask this, but it is the answer
+	}
+	hub, err := c.scheme.ConvertToVersion(in, runtime.InternalGroupVersioner)
+	if err != nil {
+		return nil, fmt.Errorf("converting %s to the internal version: %w", gvk, err)
+	}
+	out, err := runtime.Encode(encoder, hub)
+	if err != nil {
+		return nil, fmt.Errorf("converting to %s: %w", target, err)
+	}
+	return out, nil
+}
+
+func failure(msg string) metav1.Status {
+	return metav1.Status{Status: metav1.StatusFailure, Message: msg}
+}

@@ -1,0 +1,263 @@
+/*
+Copyright The bar-controller Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package webhookcert
+
+import (
+	"context"
+	"crypto/x509"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	extfake "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset/fake"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	k8sfake "k8s.io/client-go/kubernetes/fake"
+	core "k8s.io/client-go/testing"
+	"k8s.io/client-go/util/cert"
+)
+
+const (
+	ns, secretName, crdName = "bar-controller", "bar-controller-webhook-tls", "bars.barcontroller.dev"
+)
+
+var dnsNames = []string{"bar-controller-webhook.bar-controller.svc", "bar-controller-webhook.bar-controller.svc.cluster.local"}
+
+type cluster struct {
+	kube *k8sfake.Clientset
+	ext  *extfake.Clientset
+}
+
+func newCluster() *cluster {
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: secretName, Namespace: ns}}
+	crd := &apiextensionsv1.CustomResourceDefinition{ObjectMeta: metav1.ObjectMeta{Name: crdName},
+		Spec: apiextensionsv1.CustomResourceDefinitionSpec{Conversion: &apiextensionsv1.CustomResourceConversion{
+			Strategy: apiextensionsv1.WebhookConverter,
+			Webhook: &apiextensionsv1.WebhookConversion{ClientConfig: &apiextensionsv1.WebhookClientConfig{
+				Service: &apiextensionsv1.ServiceReference{Namespace: ns, Name: "bar-controller-webhook"}}},
+		}}}
+	return &cluster{kube: k8sfake.NewClientset(secret), ext: extfake.NewClientset(crd)}
+}
+
+// replica is one controller process's keeper, at a time the test sets.
+func (c *cluster) replica(now *time.Time) *Keeper {
+	return &Keeper{Kube: c.kube, Extensions: c.ext, Namespace: ns, SecretName: secretName, CRDName: crdName,
+		DNSNames: dnsNames, Validity: DefaultValidity, RotateBefore: DefaultRotateBefore,
+		now: func() time.Time { return *now }}
+}
+
+func (c *cluster) secret(t *testing.T) *corev1.Secret {
+	t.Helper()
+	s, err := c.kube.CoreV1().Secrets(ns).Get(context.Background(), secretName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func (c *cluster) bundle(t *testing.T) []*x509.Certificate {
+	t.Helper()
+	crd, err := c.ext.ApiextensionsV1().CustomResourceDefinitions().Get(context.Background(), crdName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	certs, err := cert.ParseCertsPEM(crd.Spec.Conversion.Webhook.ClientConfig.CABundle)
+	if err != nil {
+		t.Fatalf("CRD caBundle: %v", err)
+	}
+	return certs
+}
+
+// writes counts the requests that changed something.
+func writes(actions []core.Action) int {
+	n := 0
+	for _, a := range actions {
+		if a.GetVerb() != "get" && a.GetVerb() != "list" && a.GetVerb() != "watch" {
+			n++
+		}
+	}
+	return n
+}
+
+func servedCA(t *testing.T, k *Keeper) *x509.Certificate {
+	t.Helper()
+	c, err := k.GetCertificate(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := x509.ParseCertificate(c.Certificate[len(c.Certificate)-1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ca
+}
+
+func reconcile(t *testing.T, k *Keeper) {
+	t.Helper()
+	if err := k.Reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Two replicas start on an empty Secret: the first makes the pair and puts
+// its CA in the CRD; the second serves the same pair and writes nothing.
+func TestFirstStartAndSecondReplica(t *testing.T) {
+	c := newCluster()
+	now := time.Now()
+	a, b := c.replica(&now), c.replica(&now)
+	if a.Ready() == nil {
+		t.Fatal("ready before any certificate")
+	}
+	reconcile(t, a)
+	if err := a.Ready(); err != nil {
+		t.Fatalf("not ready after a reconcile: %v", err)
+	}
+	s := c.secret(t)
+	if len(s.Data[certKey]) == 0 || len(s.Data[keyKey]) == 0 || len(s.Data[bundleKey]) == 0 {
+		t.Fatalf("Secret keys %v, want tls.crt, tls.key, ca.crt", keys(s.Data))
+	}
+	if bundle := c.bundle(t); len(bundle) != 1 || !bundle[0].Equal(servedCA(t, a)) {
+		t.Errorf("CRD bundle holds %d CAs, want the served one", len(bundle))
+	}
+	leaf, _ := cert.ParseCertsPEM(s.Data[certKey])
+	for _, n := range dnsNames {
+		if err := leaf[0].VerifyHostname(n); err != nil {
+			t.Errorf("serving certificate: %v", err)
+		}
+	}
+
+	kubeWrites, extWrites := writes(c.kube.Actions()), writes(c.ext.Actions())
+	reconcile(t, b)
+	reconcile(t, a)
+	if n := writes(c.kube.Actions()) - kubeWrites + writes(c.ext.Actions()) - extWrites; n != 0 {
+		t.Errorf("%d writes once the certificate is in place, want 0", n)
+	}
+	if !servedCA(t, b).Equal(servedCA(t, a)) {
+		t.Error("the replicas serve different certificates")
+	}
+}
+
+// A replica that loses the race to write the Secret writes nothing else
+// and serves the winner's pair on its next pass.
+func TestConflictReadsTheWinner(t *testing.T) {
+	c := newCluster()
+	now := time.Now()
+	a, b := c.replica(&now), c.replica(&now)
+	reconcile(t, a)
+	c.kube.PrependReactor("update", "secrets", func(core.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewConflict(schema.GroupResource{Resource: "secrets"}, secretName, nil)
+	})
+	// b saw the empty Secret: make it rotate, so it wants to write.
+	later := now.Add(DefaultValidity - DefaultRotateBefore + time.Hour)
+	b.now = func() time.Time { return later }
+	extWrites := writes(c.ext.Actions())
+	if err := b.Reconcile(context.Background()); err == nil {
+		t.Fatal("a conflict was not reported")
+	}
+	if writes(c.ext.Actions()) != extWrites {
+		t.Error("the CRD was written after a lost race")
+	}
+}
+
+// A rotation: step one adds the next pair and its CA to the bundle while
+// the old pair is still served; step two serves the next pair; the old CA
+// stays trusted until it expires, then leaves the bundle.
+func TestRotationKeepsTrust(t *testing.T) {
+	c := newCluster()
+	now := time.Now()
+	a := c.replica(&now)
+	reconcile(t, a)
+	first := servedCA(t, a)
+
+	now = first.NotAfter.Add(-DefaultRotateBefore + time.Hour)
+	// Certificates are made on the real clock, not the test's: a longer
+	// validity makes the new pair end as long after the old one as it
+	// would in two months' time.
+	a.Validity = 2 * DefaultValidity
+	reconcile(t, a)
+	if !servedCA(t, a).Equal(first) {
+		t.Fatal("step one already serves the new pair: the CRD did not trust it yet")
+	}
+	if s := c.secret(t); len(s.Data[nextCertKey]) == 0 {
+		t.Fatal("no next pair after step one")
+	}
+	if n := len(c.bundle(t)); n != 2 {
+		t.Fatalf("bundle of %d CAs after step one, want old and next", n)
+	}
+
+	reconcile(t, a)
+	second := servedCA(t, a)
+	if second.Equal(first) {
+		t.Fatal("step two still serves the old pair")
+	}
+	if s := c.secret(t); len(s.Data[nextCertKey]) != 0 {
+		t.Error("the next pair is still there after it was promoted")
+	}
+	if n := len(c.bundle(t)); n != 2 {
+		t.Errorf("bundle of %d CAs after step two, want the old one too until it expires", n)
+	}
+	if err := a.Ready(); err != nil {
+		t.Errorf("not ready after a rotation: %v", err)
+	}
+
+	now = first.NotAfter.Add(time.Minute)
+	reconcile(t, a)
+	if bundle := c.bundle(t); len(bundle) != 1 || !bundle[0].Equal(second) {
+		t.Errorf("bundle of %d CAs after the old CA expired, want only the new one", len(bundle))
+	}
+}
+
+// A certificate made for other names (the Service was renamed) is replaced.
+func TestWrongNamesAreReplaced(t *testing.T) {
+	c := newCluster()
+	now := time.Now()
+	a := c.replica(&now)
+	reconcile(t, a)
+	first := servedCA(t, a)
+	a.DNSNames = []string{"other.bar-controller.svc"}
+	reconcile(t, a)
+	if servedCA(t, a).Equal(first) {
+		t.Error("a certificate for other names is still served")
+	}
+}
+
+// A missing Secret is an install error, said as such.
+func TestMissingSecret(t *testing.T) {
+	c := newCluster()
+	if err := c.kube.CoreV1().Secrets(ns).Delete(context.Background(), secretName, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	err := c.replica(&now).Reconcile(context.Background())
+	if err == nil || !contains(err.Error(), "install manifests") {
+		t.Errorf("got %v, want an error pointing at the install manifests", err)
+	}
+}
+
+func keys(m map[string][]byte) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+func contains(s, sub string) bool { return strings.Contains(s, sub) }
