@@ -135,14 +135,24 @@ func newEnvWith(t *testing.T, n int, opts testcluster.Options) *env {
 	t.Cleanup(c.Stop)
 	cfg := rest.CopyConfig(c.Config)
 	cfg.QPS = -1
-	e := &env{cluster: c, kube: kubernetes.NewForConfigOrDie(cfg), bars: clientset.NewForConfigOrDie(cfg), dir: dir, ns: "faults", n: n, foreign: map[string]string{}}
+	e := &env{cluster: c, kube: kubernetes.NewForConfigOrDie(cfg), bars: clientset.NewForConfigOrDie(cfg), dir: dir, ns: "faults", n: n}
 	ctx := t.Context()
-	if _, err := e.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: e.ns}}, metav1.CreateOptions{}); err != nil {
+	e.foreign = createNamespaceWithForeign(ctx, t, e.kube, e.ns)
+	return e
+}
+
+// createNamespaceWithForeign creates namespace ns with foreignCount
+// Deployments the controller does not own, and returns their
+// resourceVersions by name: every case ends by checking that none moved.
+func createNamespaceWithForeign(ctx context.Context, t *testing.T, kube kubernetes.Interface, ns string) map[string]string {
+	t.Helper()
+	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	foreign := map[string]string{}
 	for i := range foreignCount {
 		labels := map[string]string{"app": "foreign"}
-		d, err := e.kube.AppsV1().Deployments(e.ns).Create(ctx, &appsv1.Deployment{
+		d, err := kube.AppsV1().Deployments(ns).Create(ctx, &appsv1.Deployment{
 			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("foreign-%d", i)},
 			Spec: appsv1.DeploymentSpec{Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
@@ -152,9 +162,9 @@ func newEnvWith(t *testing.T, n int, opts testcluster.Options) *env {
 		if err != nil {
 			t.Fatal(err)
 		}
-		e.foreign[d.Name] = d.ResourceVersion
+		foreign[d.Name] = d.ResourceVersion
 	}
-	return e
+	return foreign
 }
 
 // installCRDs installs the Bar CRD as testcluster.Start would have.

@@ -23,7 +23,6 @@ import (
 	"crypto/tls"
 	"encoding/base64"
 	"encoding/json"
-	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -33,8 +32,6 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/barcontroller/bar-controller/internal/testcluster"
@@ -242,24 +239,8 @@ func (e *env) inNamespace(t *testing.T, ns string) *env {
 	t.Helper()
 	ctx := t.Context()
 	run := *e
-	run.ns, run.orphans, run.foreign = ns, 0, map[string]string{}
-	if _, err := e.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	for i := range foreignCount {
-		labels := map[string]string{"app": "foreign"}
-		d, err := e.kube.AppsV1().Deployments(ns).Create(ctx, &appsv1.Deployment{
-			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("foreign-%d", i)},
-			Spec: appsv1.DeploymentSpec{Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.example/foreign:1"}}},
-			}},
-		}, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		run.foreign[d.Name] = d.ResourceVersion
-	}
+	run.ns, run.orphans = ns, 0
+	run.foreign = createNamespaceWithForeign(ctx, t, e.kube, ns)
 	return &run
 }
 
