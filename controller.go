@@ -38,11 +38,11 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/barcontroller/bar-controller/internal/metrics"
-	barv1alpha1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1alpha1"
+	barv1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1"
 	clientset "github.com/barcontroller/bar-controller/pkg/generated/clientset/versioned"
 	barscheme "github.com/barcontroller/bar-controller/pkg/generated/clientset/versioned/scheme"
-	informers "github.com/barcontroller/bar-controller/pkg/generated/informers/externalversions/barcontroller/v1alpha1"
-	listers "github.com/barcontroller/bar-controller/pkg/generated/listers/barcontroller/v1alpha1"
+	informers "github.com/barcontroller/bar-controller/pkg/generated/informers/externalversions/barcontroller/v1"
+	listers "github.com/barcontroller/bar-controller/pkg/generated/listers/barcontroller/v1"
 )
 
 const (
@@ -70,8 +70,8 @@ const (
 	EventDeploymentCreated  = "DeploymentCreated"
 	EventDeploymentUpdated  = "DeploymentUpdated"
 	EventDeploymentDeleted  = "DeploymentDeleted"
-	EventDeploymentNotOwned = barv1alpha1.ReasonDeploymentNotOwned
-	EventApplyFailed        = barv1alpha1.ReasonApplyFailed
+	EventDeploymentNotOwned = barv1.ReasonDeploymentNotOwned
+	EventApplyFailed        = barv1.ReasonApplyFailed
 )
 
 // Event actions: what the controller did (events.k8s.io/v1 Event.action).
@@ -307,7 +307,7 @@ func (c *Controller) waitForCaches(ctx context.Context) bool {
 		}
 		if time.Now().After(nextReport) {
 			nextReport = time.Now().Add(cacheWaitReport)
-			gv := barv1alpha1.SchemeGroupVersion.String()
+			gv := barv1.SchemeGroupVersion.String()
 			// With a context: a shutdown must not wait for this answer.
 			askCtx, cancel := context.WithTimeout(ctx, discoveryTimeout)
 			_, err := c.kubeclientset.Discovery().ServerResourcesForGroupVersionWithContext(askCtx, gv)

@@ -33,7 +33,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 
-	barv1alpha1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1alpha1"
+	barv1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1"
 )
 
 // These tests follow upstream sample-controller: fake clientsets, informer
@@ -53,7 +53,7 @@ func TestCreatesDeployment(t *testing.T) {
 	f.kubeactions = append(f.kubeactions, applyDeploymentAction(bar, false))
 	// The fake API has no Deployment controller, so the new Deployment has
 	// no replicas yet.
-	f.actions = append(f.actions, applyStatusAction(bar, 0, metav1.ConditionFalse, barv1alpha1.ReasonReplicasUnavailable,
+	f.actions = append(f.actions, applyStatusAction(bar, 0, metav1.ConditionFalse, barv1.ReasonReplicasUnavailable,
 		"waiting for Deployment web to have 1 available replicas (it has 0 replicas: 0 up to date, 0 available)", fixedNow))
 	f.events = []string{"Normal DeploymentCreated Created Deployment web"}
 	f.run(ctx, keyOf(bar))
@@ -62,7 +62,7 @@ func TestCreatesDeployment(t *testing.T) {
 func TestNoOpSyncMakesNoRequests(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	f := newFixture(t)
-	bar := withStatus(newBar("test", "web", 3), 3, metav1.ConditionTrue, barv1alpha1.ReasonDeploymentAvailable, readyMessage(3, 3, "web"))
+	bar := withStatus(newBar("test", "web", 3), 3, metav1.ConditionTrue, barv1.ReasonDeploymentAvailable, readyMessage(3, 3, "web"))
 	f.bars = append(f.bars, bar)
 	f.deployments = append(f.deployments, ownedDeployment(bar))
 	f.run(ctx, keyOf(bar)) // zero requests, zero events
@@ -100,7 +100,7 @@ func TestRepairsDrift(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
 			f := newFixture(t)
-			bar := withStatus(newBar("test", "web", 2), 2, metav1.ConditionTrue, barv1alpha1.ReasonDeploymentAvailable, readyMessage(2, 2, "web"))
+			bar := withStatus(newBar("test", "web", 2), 2, metav1.ConditionTrue, barv1.ReasonDeploymentAvailable, readyMessage(2, 2, "web"))
 			d := ownedDeployment(bar)
 			tc.drift(d)
 			f.bars = append(f.bars, bar)
@@ -119,7 +119,7 @@ func TestRepairsDrift(t *testing.T) {
 func TestAdmissionRewriteIsNotDrift(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	f := newFixture(t)
-	bar := withStatus(newBar("test", "web", 2), 2, metav1.ConditionTrue, barv1alpha1.ReasonDeploymentAvailable, readyMessage(2, 2, "web"))
+	bar := withStatus(newBar("test", "web", 2), 2, metav1.ConditionTrue, barv1.ReasonDeploymentAvailable, readyMessage(2, 2, "web"))
 	d := ownedDeployment(bar)
 	d.Spec.Template.Spec.Containers[0].Image = "mirror.example/nginx:1.28.0"
 	d.Spec.Template.Spec.Containers = append(d.Spec.Template.Spec.Containers, corev1.Container{Name: "proxy", Image: "envoy:1.30"})
@@ -135,7 +135,7 @@ func TestAdmissionRewriteIsNotDrift(t *testing.T) {
 func TestApplyThatChangesNothingIsNotAnnounced(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	f := newFixture(t)
-	bar := withStatus(newBar("test", "web", 2), 2, metav1.ConditionTrue, barv1alpha1.ReasonDeploymentAvailable, readyMessage(2, 2, "web"))
+	bar := withStatus(newBar("test", "web", 2), 2, metav1.ConditionTrue, barv1.ReasonDeploymentAvailable, readyMessage(2, 2, "web"))
 	d := ownedDeployment(bar)
 	d.Spec.Replicas = ptr.To[int32](5) // scaled in the cache; back to 2 on the server
 	takenBy(t, d, "kubectl", replicasPath)
@@ -168,8 +168,8 @@ func TestLeavesForeignDeploymentAlone(t *testing.T) {
 			f.deployments = append(f.deployments, foreign)
 
 			msg := "Deployment web already exists with no controller, so this Bar does not manage it; " +
-				"delete or rename that Deployment, or choose another spec.deploymentName"
-			f.actions = append(f.actions, applyStatusAction(bar, 0, metav1.ConditionFalse, barv1alpha1.ReasonDeploymentNotOwned, msg, fixedNow))
+				"delete or rename that Deployment, or choose another spec.deployment.name"
+			f.actions = append(f.actions, applyStatusAction(bar, 0, metav1.ConditionFalse, barv1.ReasonDeploymentNotOwned, msg, fixedNow))
 			f.events = []string{"Warning DeploymentNotOwned " + msg}
 			f.run(ctx, keyOf(bar))
 		})
@@ -183,8 +183,8 @@ func TestForeignDeploymentIsNotHotLooped(t *testing.T) {
 	foreign := ownedDeployment(bar)
 	foreign.OwnerReferences = []metav1.OwnerReference{{APIVersion: "example.com/v1", Kind: "Bar", Name: "test", UID: "other", Controller: ptr.To(true)}}
 	msg := "Deployment web already exists with controller Bar test, so this Bar does not manage it; " +
-		"delete or rename that Deployment, or choose another spec.deploymentName"
-	f.bars = append(f.bars, withStatus(bar, 0, metav1.ConditionFalse, barv1alpha1.ReasonDeploymentNotOwned, msg))
+		"delete or rename that Deployment, or choose another spec.deployment.name"
+	f.bars = append(f.bars, withStatus(bar, 0, metav1.ConditionFalse, barv1.ReasonDeploymentNotOwned, msg))
 	f.deployments = append(f.deployments, foreign)
 	// Already reported: no request, no second Warning.
 	f.run(ctx, keyOf(bar))
@@ -196,15 +196,15 @@ func TestForeignDeploymentIsNotHotLooped(t *testing.T) {
 func TestRenameKeepsOldDeploymentUntilNewIsAvailable(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	f := newFixture(t)
-	bar := withStatus(newBar("test", "web", 1), 1, metav1.ConditionTrue, barv1alpha1.ReasonDeploymentAvailable, readyMessage(1, 1, "web"))
+	bar := withStatus(newBar("test", "web", 1), 1, metav1.ConditionTrue, barv1.ReasonDeploymentAvailable, readyMessage(1, 1, "web"))
 	old := ownedDeployment(bar)
-	bar.Spec.DeploymentName = "web-v2"
+	bar.Spec.Deployment.Name = "web-v2"
 	bar.Generation++
 	f.bars = append(f.bars, bar)
 	f.deployments = append(f.deployments, old)
 
 	f.kubeactions = append(f.kubeactions, applyDeploymentAction(bar, false))
-	f.actions = append(f.actions, applyStatusAction(bar, 0, metav1.ConditionFalse, barv1alpha1.ReasonRenaming,
+	f.actions = append(f.actions, applyStatusAction(bar, 0, metav1.ConditionFalse, barv1.ReasonRenaming,
 		"renamed from Deployment web to web-v2: web keeps serving until web-v2 has 1 available replicas (it has 0)", fixedNow))
 	f.events = []string{"Normal DeploymentCreated Created Deployment web-v2"}
 	f.run(ctx, keyOf(bar))
@@ -215,14 +215,14 @@ func TestRenameDeletesOldDeploymentOnceNewIsAvailable(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	f := newFixture(t)
 	renaming := "renamed from Deployment web to web-v2: web keeps serving until web-v2 has 1 available replicas (it has 0)"
-	bar := withStatus(newBar("test", "web", 1), 0, metav1.ConditionFalse, barv1alpha1.ReasonRenaming, renaming)
+	bar := withStatus(newBar("test", "web", 1), 0, metav1.ConditionFalse, barv1.ReasonRenaming, renaming)
 	old := ownedDeployment(bar)
-	bar.Spec.DeploymentName = "web-v2"
+	bar.Spec.Deployment.Name = "web-v2"
 	f.bars = append(f.bars, bar)
 	f.deployments = append(f.deployments, old, ownedDeployment(bar))
 
 	f.kubeactions = append(f.kubeactions, deleteDeploymentAction(old))
-	f.actions = append(f.actions, applyStatusAction(bar, 1, metav1.ConditionTrue, barv1alpha1.ReasonDeploymentAvailable,
+	f.actions = append(f.actions, applyStatusAction(bar, 1, metav1.ConditionTrue, barv1.ReasonDeploymentAvailable,
 		readyMessage(1, 1, "web-v2"), fixedNow))
 	f.events = []string{"Normal DeploymentDeleted Deleted Deployment web: the Bar now names Deployment web-v2, which is available"}
 	f.run(ctx, keyOf(bar))
@@ -234,9 +234,9 @@ func TestRenameStuckPastProgressDeadlineKeepsOldDeployment(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	f := newFixture(t)
 	renaming := "renamed from Deployment web to web-v2: web keeps serving until web-v2 has 2 available replicas (it has 0)"
-	bar := withStatus(newBar("test", "web", 2), 0, metav1.ConditionFalse, barv1alpha1.ReasonRenaming, renaming)
+	bar := withStatus(newBar("test", "web", 2), 0, metav1.ConditionFalse, barv1.ReasonRenaming, renaming)
 	old := ownedDeployment(bar)
-	bar.Spec.DeploymentName = "web-v2"
+	bar.Spec.Deployment.Name = "web-v2"
 	stuck := ownedDeployment(bar)
 	stuck.Status = appsv1.DeploymentStatus{ObservedGeneration: 1, Replicas: 0, Conditions: []appsv1.DeploymentCondition{{
 		Type: appsv1.DeploymentProgressing, Status: corev1.ConditionFalse, Reason: "ProgressDeadlineExceeded",
@@ -246,7 +246,7 @@ func TestRenameStuckPastProgressDeadlineKeepsOldDeployment(t *testing.T) {
 
 	msg := `Deployment web-v2 is not making progress: ReplicaSet "web-v2-5d4f" has timed out progressing.; ` +
 		"Deployment web, from before the Bar was renamed, keeps serving until web-v2 is available"
-	f.actions = append(f.actions, applyStatusAction(bar, 0, metav1.ConditionFalse, barv1alpha1.ReasonProgressDeadlineExceeded,
+	f.actions = append(f.actions, applyStatusAction(bar, 0, metav1.ConditionFalse, barv1.ReasonProgressDeadlineExceeded,
 		msg, metav1.NewTime(fixedNow.Add(-time.Hour))))
 	f.events = []string{"Warning ProgressDeadlineExceeded " + msg}
 	f.run(ctx, keyOf(bar))
@@ -256,12 +256,12 @@ func TestStatusOnlyChange(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	f := newFixture(t)
 	waiting := "waiting for Deployment web to have 2 available replicas (it has 2 replicas: 2 up to date, 1 available)"
-	bar := withStatus(newBar("test", "web", 2), 1, metav1.ConditionFalse, barv1alpha1.ReasonReplicasUnavailable, waiting)
+	bar := withStatus(newBar("test", "web", 2), 1, metav1.ConditionFalse, barv1.ReasonReplicasUnavailable, waiting)
 	d := ownedDeployment(bar) // both replicas are available now
 	f.bars = append(f.bars, bar)
 	f.deployments = append(f.deployments, d)
 
-	f.actions = append(f.actions, applyStatusAction(bar, 2, metav1.ConditionTrue, barv1alpha1.ReasonDeploymentAvailable,
+	f.actions = append(f.actions, applyStatusAction(bar, 2, metav1.ConditionTrue, barv1.ReasonDeploymentAvailable,
 		readyMessage(2, 2, "web"), fixedNow))
 	f.run(ctx, keyOf(bar))
 }
@@ -269,13 +269,13 @@ func TestStatusOnlyChange(t *testing.T) {
 func TestStaleObservedGenerationIsWritten(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	f := newFixture(t)
-	bar := withStatus(newBar("test", "web", 1), 1, metav1.ConditionTrue, barv1alpha1.ReasonDeploymentAvailable, readyMessage(1, 1, "web"))
+	bar := withStatus(newBar("test", "web", 1), 1, metav1.ConditionTrue, barv1.ReasonDeploymentAvailable, readyMessage(1, 1, "web"))
 	bar.Generation++ // e.g. a label-only change would not do this; a spec edit that lands on the same Deployment does
 	f.bars = append(f.bars, bar)
 	f.deployments = append(f.deployments, ownedDeployment(bar))
 
 	// The condition keeps its transition time: its status did not flip.
-	f.actions = append(f.actions, applyStatusAction(bar, 1, metav1.ConditionTrue, barv1alpha1.ReasonDeploymentAvailable,
+	f.actions = append(f.actions, applyStatusAction(bar, 1, metav1.ConditionTrue, barv1.ReasonDeploymentAvailable,
 		readyMessage(1, 1, "web"), metav1.NewTime(fixedNow.Add(-time.Hour))))
 	f.run(ctx, keyOf(bar))
 }
@@ -330,9 +330,9 @@ func TestSyncWaitsForCacheToSeeItsOwnWrites(t *testing.T) {
 func TestRenameOntoForeignDeploymentKeepsOldOne(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	f := newFixture(t)
-	bar := withStatus(newBar("test", "web", 1), 1, metav1.ConditionTrue, barv1alpha1.ReasonDeploymentAvailable, readyMessage(1, 1, "web"))
+	bar := withStatus(newBar("test", "web", 1), 1, metav1.ConditionTrue, barv1.ReasonDeploymentAvailable, readyMessage(1, 1, "web"))
 	old := ownedDeployment(bar)
-	bar.Spec.DeploymentName = "taken"
+	bar.Spec.Deployment.Name = "taken"
 	bar.Generation++
 	foreign := ownedDeployment(bar)
 	foreign.OwnerReferences = nil
@@ -340,8 +340,8 @@ func TestRenameOntoForeignDeploymentKeepsOldOne(t *testing.T) {
 	f.deployments = append(f.deployments, old, foreign)
 
 	msg := "Deployment taken already exists with no controller, so this Bar does not manage it; " +
-		"delete or rename that Deployment, or choose another spec.deploymentName"
-	f.actions = append(f.actions, applyStatusAction(bar, 0, metav1.ConditionFalse, barv1alpha1.ReasonDeploymentNotOwned, msg, fixedNow))
+		"delete or rename that Deployment, or choose another spec.deployment.name"
+	f.actions = append(f.actions, applyStatusAction(bar, 0, metav1.ConditionFalse, barv1.ReasonDeploymentNotOwned, msg, fixedNow))
 	f.events = []string{"Warning DeploymentNotOwned " + msg}
 	f.run(ctx, keyOf(bar))
 }

@@ -24,11 +24,12 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 
-	barv1alpha1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1alpha1"
+	barv1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1"
 )
 
 const (
@@ -50,13 +51,13 @@ const (
 // goroutine. Every field set here is a field the controller owns: set a
 // field and the controller will force it back after any edit; leave it out
 // and others may own it.
-func newDeployment(bar *barv1alpha1.Bar) *appsv1ac.DeploymentApplyConfiguration {
+func newDeployment(bar *barv1.Bar) *appsv1ac.DeploymentApplyConfiguration {
 	labels := selectorLabels(bar)
-	d := appsv1ac.Deployment(bar.Spec.DeploymentName, bar.Namespace).
+	d := appsv1ac.Deployment(bar.Spec.Deployment.Name, bar.Namespace).
 		WithLabels(map[string]string{managedByLabel: managedByValue}).
 		WithLabels(labels).
 		WithOwnerReferences(metav1ac.OwnerReference().
-			WithAPIVersion(barv1alpha1.SchemeGroupVersion.String()).
+			WithAPIVersion(barv1.SchemeGroupVersion.String()).
 			WithKind("Bar").
 			WithName(bar.Name).
 			WithUID(bar.UID).
@@ -69,27 +70,44 @@ func newDeployment(bar *barv1alpha1.Bar) *appsv1ac.DeploymentApplyConfiguration 
 			WithTemplate(corev1ac.PodTemplateSpec().
 				WithLabels(labels).
 				WithSpec(corev1ac.PodSpec().
-					WithContainers(corev1ac.Container().
-						WithName(containerName).
-						WithImage(desiredImage(bar))))))
+					WithContainers(desiredContainer(bar)))))
 	return withDesiredHash(d)
+}
+
+// desiredContainer is the Pod template's one container. Resources are set
+// only when the Bar has some: a Bar without them then asks for exactly the
+// Deployment the v1alpha1 releases applied (which had no such field), so an
+// upgrade finds every Deployment as wanted and writes none.
+func desiredContainer(bar *barv1.Bar) *corev1ac.ContainerApplyConfiguration {
+	c := corev1ac.Container().WithName(containerName).WithImage(desiredImage(bar))
+	if r := bar.Spec.Template.Resources; len(r.Requests) > 0 || len(r.Limits) > 0 {
+		rac := corev1ac.ResourceRequirements()
+		if len(r.Requests) > 0 {
+			rac.WithRequests(r.Requests)
+		}
+		if len(r.Limits) > 0 {
+			rac.WithLimits(r.Limits)
+		}
+		c.WithResources(rac)
+	}
+	return c
 }
 
 // desiredReplicas and desiredImage fall back to the API defaults for Bars
 // that never passed admission (only possible in tests or with a CRD that
 // lost its defaults); a Bar from a real API server always has both set.
-func desiredReplicas(bar *barv1alpha1.Bar) int32 {
+func desiredReplicas(bar *barv1.Bar) int32 {
 	if bar.Spec.Replicas == nil {
 		return 1
 	}
 	return *bar.Spec.Replicas
 }
 
-func desiredImage(bar *barv1alpha1.Bar) string {
-	if bar.Spec.Image == "" {
-		return barv1alpha1.DefaultImage
+func desiredImage(bar *barv1.Bar) string {
+	if bar.Spec.Template.Image == "" {
+		return barv1.DefaultImage
 	}
-	return bar.Spec.Image
+	return bar.Spec.Template.Image
 }
 
 // selectorLabels are the labels that tie a Deployment's Pods to one Bar. A
@@ -97,7 +115,7 @@ func desiredImage(bar *barv1alpha1.Bar) string {
 // most 63 characters, so long names are shortened and made unique again with
 // a hash of the full name. The value must never change for a given Bar:
 // a Deployment's selector is immutable.
-func selectorLabels(bar *barv1alpha1.Bar) map[string]string {
+func selectorLabels(bar *barv1.Bar) map[string]string {
 	return map[string]string{barLabel: labelValue(bar.Name)}
 }
 
@@ -141,11 +159,54 @@ func deploymentDiff(want *appsv1ac.DeploymentApplyConfiguration, have *appsv1.De
 		diff = append(diff, "spec.template.metadata.labels")
 	}
 	for _, wc := range spec.Template.Spec.Containers {
-		if !hasContainer(have.Spec.Template.Spec.Containers, *wc.Name, *wc.Image) {
+		hc := findContainer(have.Spec.Template.Spec.Containers, *wc.Name)
+		if hc == nil || hc.Image != *wc.Image {
 			diff = append(diff, "spec.template.spec.containers["+*wc.Name+"]")
+		}
+		// Compared whether the Bar sets them or not: resources the
+		// controller applied and the Bar no longer asks for must go. Whose
+		// resources a Deployment has that the Bar does not ask for is then
+		// for deploymentDrift to judge, by ownership.
+		if hc != nil && !equalResources(hc.Resources, wc.Resources) {
+			diff = append(diff, resourcesField(*wc.Name))
 		}
 	}
 	return diff
+}
+
+// resourcesField is deploymentDiff's name of a container's resources.
+func resourcesField(container string) string {
+	return "spec.template.spec.containers[" + container + "].resources"
+}
+
+// equalResources compares quantities by value: the API server keeps them
+// in canonical form ("0.1" comes back as "100m").
+func equalResources(have corev1.ResourceRequirements, want *corev1ac.ResourceRequirementsApplyConfiguration) bool {
+	var requests, limits corev1.ResourceList
+	if want != nil {
+		requests, limits = ptrValue(want.Requests), ptrValue(want.Limits)
+	}
+	return equalQuantities(have.Requests, requests) && equalQuantities(have.Limits, limits)
+}
+
+func ptrValue(l *corev1.ResourceList) corev1.ResourceList {
+	if l == nil {
+		return nil
+	}
+	return *l
+}
+
+func equalQuantities(a, b corev1.ResourceList) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for name, qa := range a {
+		qb, ok := b[name]
+		if !ok || qa.Cmp(qb) != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 func containsAll(have, want map[string]string) bool {
@@ -165,7 +226,7 @@ func hasOwnerReference(have []metav1.OwnerReference, want []metav1ac.OwnerRefere
 	for _, w := range want {
 		found := false
 		for _, h := range have {
-			if h.UID == *w.UID && h.APIVersion == *w.APIVersion && h.Kind == *w.Kind && h.Name == *w.Name &&
+			if h.UID == *w.UID && sameGroup(h.APIVersion, *w.APIVersion) && h.Kind == *w.Kind && h.Name == *w.Name &&
 				boolValue(h.Controller) == boolValue(w.Controller) &&
 				boolValue(h.BlockOwnerDeletion) == boolValue(w.BlockOwnerDeletion) {
 				found = true
@@ -179,13 +240,27 @@ func hasOwnerReference(have []metav1.OwnerReference, want []metav1ac.OwnerRefere
 	return true
 }
 
-func hasContainer(have []corev1.Container, name, image string) bool {
-	for _, c := range have {
-		if c.Name == name {
-			return c.Image == image
+func findContainer(have []corev1.Container, name string) *corev1.Container {
+	for i := range have {
+		if have[i].Name == name {
+			return &have[i]
 		}
 	}
-	return false
+	return nil
 }
 
 func boolValue(b *bool) bool { return b != nil && *b }
+
+// sameGroup compares the groups of two apiVersions and not their versions:
+// an owner reference names its owner by UID, and the version it was written
+// with does not change which object that is. Deployments written by a
+// v1alpha1 release say barcontroller.dev/v1alpha1; taking that for drift
+// would rewrite every Deployment on upgrade. Their next real change brings
+// v1 along. (The garbage collector does read the version, to find the
+// owner's resource: a release that stops serving v1alpha1 must rewrite
+// the references first; docs/api-versions.md.)
+func sameGroup(a, b string) bool {
+	ga, errA := schema.ParseGroupVersion(a)
+	gb, errB := schema.ParseGroupVersion(b)
+	return errA == nil && errB == nil && ga.Group == gb.Group
+}

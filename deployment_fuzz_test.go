@@ -43,7 +43,7 @@ import (
 	celconfig "k8s.io/apiserver/pkg/apis/cel"
 	"sigs.k8s.io/yaml"
 
-	barv1alpha1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1alpha1"
+	barv1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1"
 )
 
 // admission is what the API server does to a Bar before storing it, with
@@ -65,12 +65,12 @@ var loadAdmission = sync.OnceValues(func() (*admission, error) {
 	if err := yaml.UnmarshalStrict(b, &crd); err != nil {
 		return nil, err
 	}
-	// The CRD lists every version of the API; the controller reads v1alpha1.
+	// The CRD lists every version of the API; the controller reads v1.
 	i := slices.IndexFunc(crd.Spec.Versions, func(v apiextensionsv1.CustomResourceDefinitionVersion) bool {
-		return v.Name == barv1alpha1.SchemeGroupVersion.Version
+		return v.Name == barv1.SchemeGroupVersion.Version
 	})
 	if i < 0 {
-		return nil, fmt.Errorf("the CRD has no version %s", barv1alpha1.SchemeGroupVersion.Version)
+		return nil, fmt.Errorf("the CRD has no version %s", barv1.SchemeGroupVersion.Version)
 	}
 	var props apiextensions.JSONSchemaProps
 	if err := apiextensionsv1.Convert_v1_JSONSchemaProps_To_apiextensions_JSONSchemaProps(crd.Spec.Versions[i].Schema.OpenAPIV3Schema, &props, nil); err != nil {
@@ -89,7 +89,7 @@ var loadAdmission = sync.OnceValues(func() (*admission, error) {
 
 // admit returns the Bar as the API server would store it, or false if it
 // would refuse it.
-func (a *admission) admit(obj map[string]any) (*barv1alpha1.Bar, bool) {
+func (a *admission) admit(obj map[string]any) (*barv1.Bar, bool) {
 	u := &unstructured.Unstructured{Object: obj}
 	var meta metav1.ObjectMeta
 	meta.Name, meta.Namespace = u.GetName(), u.GetNamespace()
@@ -103,7 +103,7 @@ func (a *admission) admit(obj map[string]any) (*barv1alpha1.Bar, bool) {
 	if errs, _ := a.cel.Validate(context.Background(), nil, a.structural, obj, nil, celconfig.RuntimeCELCostBudget); len(errs) > 0 {
 		return nil, false
 	}
-	var bar barv1alpha1.Bar
+	var bar barv1.Bar
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj, &bar); err != nil {
 		return nil, false
 	}
@@ -124,15 +124,15 @@ func FuzzNewDeployment(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		spec := map[string]any{"deploymentName": deploymentName}
+		spec := map[string]any{"deployment": map[string]any{"name": deploymentName}}
 		if hasImage {
-			spec["image"] = image
+			spec["template"] = map[string]any{"image": image}
 		}
 		if hasReplicas {
 			spec["replicas"] = int64(replicas)
 		}
 		bar, ok := a.admit(map[string]any{
-			"apiVersion": "barcontroller.dev/v1alpha1", "kind": "Bar",
+			"apiVersion": "barcontroller.dev/v1", "kind": "Bar",
 			"metadata": map[string]any{"name": name, "namespace": "default"},
 			"spec":     spec,
 		})
@@ -151,7 +151,7 @@ func FuzzNewDeployment(f *testing.F) {
 	})
 }
 
-func checkDeploymentValid(t *testing.T, bar *barv1alpha1.Bar, d *appsv1.Deployment) {
+func checkDeploymentValid(t *testing.T, bar *barv1.Bar, d *appsv1.Deployment) {
 	t.Helper()
 	if errs := validation.IsDNS1123Subdomain(d.Name); len(errs) > 0 {
 		t.Errorf("Deployment name %q: %v", d.Name, errs)
@@ -174,8 +174,8 @@ func checkDeploymentValid(t *testing.T, bar *barv1alpha1.Bar, d *appsv1.Deployme
 		t.Errorf("selector %v does not select the template's labels %v (%v)", d.Spec.Selector, d.Spec.Template.Labels, err)
 	}
 	cs := d.Spec.Template.Spec.Containers
-	if len(cs) != 1 || len(validation.IsDNS1123Label(cs[0].Name)) > 0 || cs[0].Image != bar.Spec.Image || cs[0].Image == "" {
-		t.Errorf("containers %+v: want one validly named container running %q", cs, bar.Spec.Image)
+	if len(cs) != 1 || len(validation.IsDNS1123Label(cs[0].Name)) > 0 || cs[0].Image != bar.Spec.Template.Image || cs[0].Image == "" {
+		t.Errorf("containers %+v: want one validly named container running %q", cs, bar.Spec.Template.Image)
 	}
 	if d.Spec.Replicas == nil || *d.Spec.Replicas < 0 || (bar.Spec.Replicas != nil && *d.Spec.Replicas != *bar.Spec.Replicas) {
 		t.Errorf("replicas %v, want the Bar's %v", d.Spec.Replicas, bar.Spec.Replicas)
@@ -202,18 +202,18 @@ func TestFuzzAdmissionFollowsTheCRD(t *testing.T) {
 		{"web", "web", "nginx", false},
 		{"web", "web", "nginx:latest", false},
 	} {
-		spec := map[string]any{"deploymentName": tc.deploymentName}
+		spec := map[string]any{"deployment": map[string]any{"name": tc.deploymentName}}
 		if tc.image != "" {
-			spec["image"] = tc.image
+			spec["template"] = map[string]any{"image": tc.image}
 		}
 		bar, ok := a.admit(map[string]any{
-			"apiVersion": "barcontroller.dev/v1alpha1", "kind": "Bar",
+			"apiVersion": "barcontroller.dev/v1", "kind": "Bar",
 			"metadata": map[string]any{"name": tc.name, "namespace": "default"}, "spec": spec,
 		})
 		if ok != tc.admit {
 			t.Errorf("%+v: admitted %v, want %v", tc, ok, tc.admit)
 		}
-		if ok && bar.Spec.Image == "" {
+		if ok && bar.Spec.Template.Image == "" {
 			t.Errorf("%+v: image not defaulted", tc)
 		}
 	}

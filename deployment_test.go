@@ -23,33 +23,34 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
-	barv1alpha1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1alpha1"
+	barv1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1"
 )
 
 func TestNewDeployment(t *testing.T) {
 	long := strings.Repeat("a", 60) + "." + strings.Repeat("b", 100)
 	tests := []struct {
 		name         string
-		bar          *barv1alpha1.Bar
+		bar          *barv1.Bar
 		wantReplicas int32
 		wantImage    string
 		wantLabel    string
 	}{
 		{"as specified", newBar("test", "web", 3), 3, "nginx:1.28.0", "test"},
 		{"scaled to zero", newBar("test", "web", 0), 0, "nginx:1.28.0", "test"},
-		{"defaults when admission did not run", func() *barv1alpha1.Bar {
+		{"defaults when admission did not run", func() *barv1.Bar {
 			b := newBar("test", "web", 1)
-			b.Spec.Replicas, b.Spec.Image = nil, ""
+			b.Spec.Replicas, b.Spec.Template.Image = nil, ""
 			return b
-		}(), 1, barv1alpha1.DefaultImage, "test"},
-		{"custom image", func() *barv1alpha1.Bar {
+		}(), 1, barv1.DefaultImage, "test"},
+		{"custom image", func() *barv1.Bar {
 			b := newBar("test", "web", 1)
-			b.Spec.Image = "registry.example.com:5000/team/app@sha256:" + strings.Repeat("0", 64)
+			b.Spec.Template.Image = "registry.example.com:5000/team/app@sha256:" + strings.Repeat("0", 64)
 			return b
 		}(), 1, "registry.example.com:5000/team/app@sha256:" + strings.Repeat("0", 64), "test"},
 		{"name too long for a label", newBar(long, "web", 1), 1, "nginx:1.28.0", labelValue(long)},
@@ -57,8 +58,8 @@ func TestNewDeployment(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			d := newDeployment(tc.bar)
-			if *d.Name != tc.bar.Spec.DeploymentName || *d.Namespace != tc.bar.Namespace {
-				t.Errorf("name %s/%s, want %s/%s", *d.Namespace, *d.Name, tc.bar.Namespace, tc.bar.Spec.DeploymentName)
+			if *d.Name != tc.bar.Spec.Deployment.Name || *d.Namespace != tc.bar.Namespace {
+				t.Errorf("name %s/%s, want %s/%s", *d.Namespace, *d.Name, tc.bar.Namespace, tc.bar.Spec.Deployment.Name)
 			}
 			if got := *d.Spec.Replicas; got != tc.wantReplicas {
 				t.Errorf("replicas %d, want %d", got, tc.wantReplicas)
@@ -84,7 +85,7 @@ func TestNewDeployment(t *testing.T) {
 			}
 			refs := d.OwnerReferences
 			if len(refs) != 1 || *refs[0].UID != tc.bar.UID || *refs[0].Kind != "Bar" ||
-				*refs[0].APIVersion != "barcontroller.dev/v1alpha1" || *refs[0].Name != tc.bar.Name ||
+				*refs[0].APIVersion != "barcontroller.dev/v1" || *refs[0].Name != tc.bar.Name ||
 				!*refs[0].Controller || !*refs[0].BlockOwnerDeletion {
 				t.Errorf("ownerReferences %+v, want one controller reference to the Bar blocking deletion", refs)
 			}
@@ -172,40 +173,22 @@ func TestCRDDefaultImageMatchesConstant(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var crd struct {
-		Spec struct {
-			Versions []struct {
-				Name   string `json:"name"`
-				Schema struct {
-					OpenAPIV3Schema struct {
-						Properties map[string]struct {
-							Properties map[string]struct {
-								Default interface{} `json:"default"`
-							} `json:"properties"`
-						} `json:"properties"`
-					} `json:"openAPIV3Schema"`
-				} `json:"schema"`
-			} `json:"versions"`
-		} `json:"spec"`
-	}
+	var crd apiextensionsv1.CustomResourceDefinition
 	if err := yaml.Unmarshal(raw, &crd); err != nil {
 		t.Fatal(err)
 	}
-	// The CRD lists every version of the API; the controller reads v1alpha1.
-	i := -1
-	for j, v := range crd.Spec.Versions {
-		if v.Name == barv1alpha1.SchemeGroupVersion.Version {
-			i = j
-		}
-	}
+	// The CRD lists every version of the API; the controller reads v1.
+	i := slices.IndexFunc(crd.Spec.Versions, func(v apiextensionsv1.CustomResourceDefinitionVersion) bool {
+		return v.Name == barv1.SchemeGroupVersion.Version
+	})
 	if i < 0 {
-		t.Fatalf("the CRD has no version %s", barv1alpha1.SchemeGroupVersion.Version)
+		t.Fatalf("the CRD has no version %s", barv1.SchemeGroupVersion.Version)
 	}
 	spec := crd.Spec.Versions[i].Schema.OpenAPIV3Schema.Properties["spec"].Properties
-	if got := spec["image"].Default; got != barv1alpha1.DefaultImage {
-		t.Errorf("CRD default image %v, DefaultImage %q", got, barv1alpha1.DefaultImage)
+	if got := string(spec["template"].Properties["image"].Default.Raw); got != `"`+barv1.DefaultImage+`"` {
+		t.Errorf("CRD default image %s, DefaultImage %q", got, barv1.DefaultImage)
 	}
-	if got := spec["replicas"].Default; got != float64(1) {
-		t.Errorf("CRD default replicas %v, want 1 (desiredReplicas falls back to 1)", got)
+	if got := string(spec["replicas"].Default.Raw); got != "1" {
+		t.Errorf("CRD default replicas %s, want 1 (desiredReplicas falls back to 1)", got)
 	}
 }

@@ -42,7 +42,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 
-	barv1alpha1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1alpha1"
+	barv1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1"
 	"github.com/barcontroller/bar-controller/pkg/generated/clientset/versioned/fake"
 	informers "github.com/barcontroller/bar-controller/pkg/generated/informers/externalversions"
 )
@@ -62,7 +62,7 @@ type fixture struct {
 	barInformers   informers.SharedInformerFactory
 
 	// Objects in the informer caches (and in the fake API's tracker).
-	bars        []*barv1alpha1.Bar
+	bars        []*barv1.Bar
 	deployments []*appsv1.Deployment
 
 	// Requests the sync is expected to make.
@@ -103,7 +103,7 @@ func (f *fixture) newController(ctx context.Context) *Controller {
 	f.deploymentMeta = f.metaInformers.ForResource(appsv1.SchemeGroupVersion.WithResource("deployments"))
 	f.barInformers, f.kubeInformers = barInformers, kubeInformers
 	c, err := NewController(ctx, f.kubeclient, f.client,
-		kubeInformers.Apps().V1().Deployments(), f.deploymentMeta, barInformers.Barcontroller().V1alpha1().Bars())
+		kubeInformers.Apps().V1().Deployments(), f.deploymentMeta, barInformers.Barcontroller().V1().Bars())
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -112,7 +112,7 @@ func (f *fixture) newController(ctx context.Context) *Controller {
 	c.now = func() metav1.Time { return fixedNow }
 
 	for _, b := range f.bars {
-		if err := barInformers.Barcontroller().V1alpha1().Bars().Informer().GetIndexer().Add(b); err != nil {
+		if err := barInformers.Barcontroller().V1().Bars().Informer().GetIndexer().Add(b); err != nil {
 			f.t.Fatal(err)
 		}
 	}
@@ -242,14 +242,14 @@ func checkEvents(t testing.TB, want []string, events chan string) {
 
 // --- objects ---
 
-func newBar(name, deploymentName string, replicas int32) *barv1alpha1.Bar {
-	return &barv1alpha1.Bar{
-		TypeMeta: metav1.TypeMeta{APIVersion: barv1alpha1.SchemeGroupVersion.String(), Kind: "Bar"},
+func newBar(name, deploymentName string, replicas int32) *barv1.Bar {
+	return &barv1.Bar{
+		TypeMeta: metav1.TypeMeta{APIVersion: barv1.SchemeGroupVersion.String(), Kind: "Bar"},
 		ObjectMeta: metav1.ObjectMeta{
 			Name: name, Namespace: metav1.NamespaceDefault, UID: types.UID(name + "-uid"),
 			Generation: 2, ResourceVersion: "10",
 		},
-		Spec: barv1alpha1.BarSpec{DeploymentName: deploymentName, Replicas: ptr.To(replicas), Image: "nginx:1.28.0"},
+		Spec: barv1.BarSpec{Deployment: barv1.BarDeployment{Name: deploymentName}, Replicas: ptr.To(replicas), Template: barv1.BarPodTemplate{Image: "nginx:1.28.0"}},
 	}
 }
 
@@ -264,17 +264,17 @@ const appliedFieldsJSON = `{"f:metadata":{"f:annotations":{"f:barcontroller.dev/
 
 // ownedDeployment is what the API server would hold after applying
 // newDeployment(bar) and the Deployment controller settling it.
-func ownedDeployment(bar *barv1alpha1.Bar) *appsv1.Deployment {
+func ownedDeployment(bar *barv1.Bar) *appsv1.Deployment {
 	want := desiredReplicas(bar)
 	return &appsv1.Deployment{
 		TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
 		ObjectMeta: metav1.ObjectMeta{
-			Name: bar.Spec.DeploymentName, Namespace: bar.Namespace, UID: types.UID(bar.Spec.DeploymentName + "-uid"),
+			Name: bar.Spec.Deployment.Name, Namespace: bar.Namespace, UID: types.UID(bar.Spec.Deployment.Name + "-uid"),
 			Generation: 1, ResourceVersion: "20",
 			Labels: map[string]string{barLabel: bar.Name, managedByLabel: managedByValue, "team": "web"},
 			Annotations: map[string]string{"deployment.kubernetes.io/revision": "1",
 				desiredHashAnnotation: newDeployment(bar).Annotations[desiredHashAnnotation]},
-			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(bar, barv1alpha1.SchemeGroupVersion.WithKind("Bar"))},
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(bar, barv1.SchemeGroupVersion.WithKind("Bar"))},
 			ManagedFields: []metav1.ManagedFieldsEntry{{
 				Manager: fieldManager, Operation: metav1.ManagedFieldsOperationApply, APIVersion: "apps/v1",
 				FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(fmt.Sprintf(appliedFieldsJSON, bar.UID))},
@@ -334,12 +334,12 @@ func takenBy(t testing.TB, d *appsv1.Deployment, manager string, paths ...fieldp
 }
 
 // withStatus gives the Bar the status the controller would have written.
-func withStatus(bar *barv1alpha1.Bar, available int32, status metav1.ConditionStatus, reason, message string) *barv1alpha1.Bar {
-	bar.Status = barv1alpha1.BarStatus{
+func withStatus(bar *barv1.Bar, available int32, status metav1.ConditionStatus, reason, message string) *barv1.Bar {
+	bar.Status = barv1.BarStatus{
 		ObservedGeneration: bar.Generation,
 		AvailableReplicas:  available,
 		Conditions: []metav1.Condition{{
-			Type: barv1alpha1.ConditionReady, Status: status, Reason: reason, Message: message,
+			Type: barv1.ConditionReady, Status: status, Reason: reason, Message: message,
 			ObservedGeneration: bar.Generation, LastTransitionTime: metav1.NewTime(fixedNow.Add(-time.Hour)),
 		}},
 	}
@@ -352,7 +352,7 @@ func readyMessage(available, want int32, name string) string {
 
 // --- expected requests ---
 
-func applyDeploymentAction(bar *barv1alpha1.Bar, force bool) core.Action {
+func applyDeploymentAction(bar *barv1.Bar, force bool) core.Action {
 	body, err := json.Marshal(newDeployment(bar))
 	if err != nil {
 		panic(err)
@@ -360,16 +360,16 @@ func applyDeploymentAction(bar *barv1alpha1.Bar, force bool) core.Action {
 	return core.PatchActionImpl{
 		ActionImpl: core.ActionImpl{Namespace: bar.Namespace, Verb: "patch",
 			Resource: appsv1.SchemeGroupVersion.WithResource("deployments")},
-		Name: bar.Spec.DeploymentName, PatchType: types.ApplyPatchType, Patch: body,
+		Name: bar.Spec.Deployment.Name, PatchType: types.ApplyPatchType, Patch: body,
 		PatchOptions: metav1.PatchOptions{FieldManager: fieldManager, Force: ptr.To(force)},
 	}
 }
 
 // applyStatusAction spells the status body out by hand rather than through
 // statusApplyConfiguration, so a mistake there shows up here.
-func applyStatusAction(bar *barv1alpha1.Bar, available int32, status metav1.ConditionStatus, reason, message string, transition metav1.Time) core.Action {
+func applyStatusAction(bar *barv1.Bar, available int32, status metav1.ConditionStatus, reason, message string, transition metav1.Time) core.Action {
 	body := map[string]interface{}{
-		"apiVersion": "barcontroller.dev/v1alpha1", "kind": "Bar",
+		"apiVersion": "barcontroller.dev/v1", "kind": "Bar",
 		"metadata": map[string]interface{}{"name": bar.Name, "namespace": bar.Namespace},
 		"status": map[string]interface{}{
 			"observedGeneration": bar.Generation, "availableReplicas": available,
@@ -385,7 +385,7 @@ func applyStatusAction(bar *barv1alpha1.Bar, available int32, status metav1.Cond
 	}
 	return core.PatchActionImpl{
 		ActionImpl: core.ActionImpl{Namespace: bar.Namespace, Verb: "patch", Subresource: "status",
-			Resource: barv1alpha1.SchemeGroupVersion.WithResource("bars")},
+			Resource: barv1.SchemeGroupVersion.WithResource("bars")},
 		Name: bar.Name, PatchType: types.ApplyPatchType, Patch: raw,
 		PatchOptions: metav1.PatchOptions{FieldManager: fieldManager, Force: ptr.To(true)},
 	}
@@ -400,7 +400,7 @@ func deleteDeploymentAction(d *appsv1.Deployment) core.Action {
 	}
 }
 
-func keyOf(bar *barv1alpha1.Bar) cache.ObjectName { return cache.MetaObjectToName(bar) }
+func keyOf(bar *barv1.Bar) cache.ObjectName { return cache.MetaObjectToName(bar) }
 
 // bumpResourceVersion answers a patch of an existing object with its
 // resourceVersion moved on by one, as a real API server does when the

@@ -88,7 +88,7 @@ func TestDeletedBarIsForgotten(t *testing.T) {
 		t.Fatalf("the Bar was not synced: %v", err)
 	}
 	c.writes.wrote(keyOf(bar), bar.UID, "bars", "999999") // a write no cache has seen
-	if err := f.client.BarcontrollerV1alpha1().Bars("default").Delete(ctx, "test", metav1.DeleteOptions{}); err != nil {
+	if err := f.client.BarcontrollerV1().Bars("default").Delete(ctx, "test", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 3*time.Second, true, func(context.Context) (bool, error) {

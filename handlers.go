@@ -26,7 +26,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
-	barv1alpha1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1alpha1"
+	barv1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1"
 )
 
 // This file holds the first step of every event's path: informer event
@@ -35,7 +35,7 @@ import (
 // enqueue; all API calls happen in the workers.
 
 const (
-	// barsByDeploymentName indexes Bars by "namespace/spec.deploymentName",
+	// barsByDeploymentName indexes Bars by "namespace/spec.deployment.name",
 	// so a Deployment the Bar does not own (one in the way, or one that just
 	// went away) still leads back to the Bars that want its name.
 	barsByDeploymentName = "barsByDeploymentName"
@@ -46,11 +46,11 @@ const (
 )
 
 func indexBarByDeploymentName(obj interface{}) ([]string, error) {
-	bar, ok := obj.(*barv1alpha1.Bar)
-	if !ok || bar.Spec.DeploymentName == "" {
+	bar, ok := obj.(*barv1.Bar)
+	if !ok || bar.Spec.Deployment.Name == "" {
 		return nil, nil
 	}
-	return []string{bar.Namespace + "/" + bar.Spec.DeploymentName}, nil
+	return []string{bar.Namespace + "/" + bar.Spec.Deployment.Name}, nil
 }
 
 func indexDeploymentByBarUID(obj interface{}) ([]string, error) {
@@ -70,7 +70,7 @@ func indexDeploymentByBarUID(obj interface{}) ([]string, error) {
 // API still count.
 func isBarRef(ref *metav1.OwnerReference) bool {
 	gv, err := schema.ParseGroupVersion(ref.APIVersion)
-	return err == nil && ref.Kind == "Bar" && gv.Group == barv1alpha1.SchemeGroupVersion.Group
+	return err == nil && ref.Kind == "Bar" && gv.Group == barv1.SchemeGroupVersion.Group
 }
 
 // addBar and updateBar enqueue on every event, resyncs included: the sync is
@@ -79,16 +79,16 @@ func isBarRef(ref *metav1.OwnerReference) bool {
 // isInInitialList is true for the Adds of the informer's first list, the
 // ones HasSynced waits for (only --trace shows it).
 func (c *Controller) addBar(obj interface{}, isInInitialList bool) {
-	bar := obj.(*barv1alpha1.Bar)
+	bar := obj.(*barv1.Bar)
 	key := cache.MetaObjectToName(bar)
 	c.trace.event("addBar", bar, "", isInInitialList, key, "self")
 	c.enqueue(key)
 }
 
 func (c *Controller) updateBar(oldObj, newObj interface{}) {
-	bar := newObj.(*barv1alpha1.Bar)
+	bar := newObj.(*barv1.Bar)
 	key := cache.MetaObjectToName(bar)
-	c.trace.event("updateBar", bar, oldObj.(*barv1alpha1.Bar).ResourceVersion, false, key, "self")
+	c.trace.event("updateBar", bar, oldObj.(*barv1.Bar).ResourceVersion, false, key, "self")
 	c.enqueue(key)
 }
 
@@ -103,7 +103,7 @@ func (c *Controller) deleteBar(obj interface{}) {
 	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = tombstone.Obj
 	}
-	bar, ok := obj.(*barv1alpha1.Bar)
+	bar, ok := obj.(*barv1.Bar)
 	if !ok {
 		utilruntime.HandleErrorWithLogger(c.logger, nil, "Unexpected object in Bar delete event", "type", fmt.Sprintf("%T", obj))
 		return
@@ -161,7 +161,7 @@ func (c *Controller) deleteDeployment(obj interface{}) {
 }
 
 // handleDeployment enqueues every Bar a Deployment matters to: the Bar that
-// controls it, and any Bar whose spec.deploymentName is its name (which may
+// controls it, and any Bar whose spec.deployment.name is its name (which may
 // be blocked by it, or free to create it now that it is gone). handler,
 // oldRV and initialList only describe the event to --trace.
 func (c *Controller) handleDeployment(handler string, d metav1.Object, oldRV string, initialList bool) {
@@ -178,7 +178,7 @@ func (c *Controller) handleDeployment(handler string, d metav1.Object, oldRV str
 		return
 	}
 	for _, obj := range bars {
-		key := cache.MetaObjectToName(obj.(*barv1alpha1.Bar))
+		key := cache.MetaObjectToName(obj.(*barv1.Bar))
 		c.trace.event(handler, d, oldRV, initialList, key, "nameIndex")
 		c.enqueue(key)
 	}
@@ -187,7 +187,7 @@ func (c *Controller) handleDeployment(handler string, d metav1.Object, oldRV str
 // resolveControllerRef returns the Bar a controller reference points at, or
 // nil if it points at something else or at a Bar that no longer exists (a
 // new Bar with the same name has another UID and does not own the object).
-func (c *Controller) resolveControllerRef(namespace string, ref *metav1.OwnerReference) *barv1alpha1.Bar {
+func (c *Controller) resolveControllerRef(namespace string, ref *metav1.OwnerReference) *barv1.Bar {
 	if !isBarRef(ref) {
 		return nil
 	}

@@ -42,17 +42,17 @@ func TestDeploymentEventsFindTheirBar(t *testing.T) {
 		dep  string
 		want []string
 	}{
-		{"controlled by a Bar", []metav1.OwnerReference{ref("barcontroller.dev/v1alpha1", "Bar", "owner", "owner-uid", true)}, "api",
+		{"controlled by a Bar", []metav1.OwnerReference{ref("barcontroller.dev/v1", "Bar", "owner", "owner-uid", true)}, "api",
 			[]string{"default/owner", "default/other"}},
 		{"controlled by a Bar of another API version", []metav1.OwnerReference{ref("barcontroller.dev/v2", "Bar", "owner", "owner-uid", true)}, "api",
 			[]string{"default/owner", "default/other"}},
 		{"a Bar kind from another group", []metav1.OwnerReference{ref("example.com/v1", "Bar", "owner", "owner-uid", true)}, "api",
 			[]string{"default/other"}},
-		{"owner reference that is not the controller", []metav1.OwnerReference{ref("barcontroller.dev/v1alpha1", "Bar", "owner", "owner-uid", false)}, "api",
+		{"owner reference that is not the controller", []metav1.OwnerReference{ref("barcontroller.dev/v1", "Bar", "owner", "owner-uid", false)}, "api",
 			[]string{"default/other"}},
-		{"a previous Bar with the same name", []metav1.OwnerReference{ref("barcontroller.dev/v1alpha1", "Bar", "owner", "old-uid", true)}, "api",
+		{"a previous Bar with the same name", []metav1.OwnerReference{ref("barcontroller.dev/v1", "Bar", "owner", "old-uid", true)}, "api",
 			[]string{"default/other"}},
-		{"a Bar that does not exist", []metav1.OwnerReference{ref("barcontroller.dev/v1alpha1", "Bar", "gone", "gone-uid", true)}, "none",
+		{"a Bar that does not exist", []metav1.OwnerReference{ref("barcontroller.dev/v1", "Bar", "gone", "gone-uid", true)}, "none",
 			nil},
 		{"unowned, name wanted by two Bars", nil, "web", []string{"default/owner", "default/wanting"}},
 		{"unowned, name nobody wants", nil, "none", nil},

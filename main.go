@@ -195,7 +195,7 @@ func run(ctx context.Context, opts options) error {
 		informers.WithNamespace(opts.namespace), informers.WithTransform(dropManagedFields))
 	controller, err := NewController(ctx, kubeClient, barClient,
 		kubeInformerFactory.Apps().V1().Deployments(), deploymentMeta,
-		barInformerFactory.Barcontroller().V1alpha1().Bars())
+		barInformerFactory.Barcontroller().V1().Bars())
 	if err != nil {
 		return err
 	}

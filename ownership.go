@@ -24,6 +24,7 @@ import (
 	"sort"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
@@ -102,6 +103,21 @@ func desiredFields(want *appsv1ac.DeploymentApplyConfiguration) []desiredField {
 		// containers is a list keyed by name.
 		fields = append(fields, desiredField{"spec.template.spec.containers[" + *c.Name + "]",
 			fieldpath.MakePathOrDie("spec", "template", "spec", "containers", fieldpath.KeyByFields("name", *c.Name), "image")})
+		// One entry per quantity: resources is a granular map, and another
+		// client can take a single limit from us (kubectl set resources).
+		// Resources the Bar does not ask for are no field of ours, so
+		// whoever set them keeps them.
+		if r := c.Resources; r != nil {
+			for _, part := range []struct {
+				name string
+				list *corev1.ResourceList
+			}{{"requests", r.Requests}, {"limits", r.Limits}} {
+				for _, q := range sortedResourceNames(ptrValue(part.list)) {
+					fields = append(fields, desiredField{resourcesField(*c.Name),
+						fieldpath.MakePathOrDie("spec", "template", "spec", "containers", fieldpath.KeyByFields("name", *c.Name), "resources", part.name, q)})
+				}
+			}
+		}
 	}
 	return fields
 }
@@ -178,6 +194,15 @@ func ownsField(owned *fieldpath.Set, p fieldpath.Path) bool {
 		s = child
 	}
 	return !s.Empty()
+}
+
+func sortedResourceNames(l corev1.ResourceList) []string {
+	names := make([]string, 0, len(l))
+	for n := range l {
+		names = append(names, string(n))
+	}
+	sort.Strings(names)
+	return names
 }
 
 func sortedKeys(m map[string]string) []string {

@@ -25,7 +25,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 
-	barv1alpha1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1alpha1"
+	barv1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1"
 )
 
 // TestDeploymentDrift: drift is judged by who owns the fields the Bar
@@ -36,10 +36,10 @@ func TestDeploymentDrift(t *testing.T) {
 	const image = "spec.template.spec.containers[app]"
 	bar := newBar("test", "web", 2)
 	changed := newBar("test", "web", 2)
-	changed.Spec.Image = "nginx:1.29.0"
+	changed.Spec.Template.Image = "nginx:1.29.0"
 	tests := []struct {
 		name string
-		bar  *barv1alpha1.Bar // what the Deployment is compared with; bar if nil
+		bar  *barv1.Bar // what the Deployment is compared with; bar if nil
 		edit func(*appsv1.Deployment)
 		want []string
 	}{
@@ -107,15 +107,15 @@ func TestDeploymentDrift(t *testing.T) {
 
 // The hash covers everything the apply sends, and only that.
 func TestDesiredHash(t *testing.T) {
-	hash := func(b *barv1alpha1.Bar) string { return newDeployment(b).Annotations[desiredHashAnnotation] }
+	hash := func(b *barv1.Bar) string { return newDeployment(b).Annotations[desiredHashAnnotation] }
 	bar := newBar("test", "web", 2)
 	if hash(bar) != hash(newBar("test", "web", 2)) {
 		t.Error("equal Bars give different hashes")
 	}
-	for name, edit := range map[string]func(*barv1alpha1.Bar){
-		"replicas": func(b *barv1alpha1.Bar) { b.Spec.Replicas = ptr.To[int32](3) },
-		"image":    func(b *barv1alpha1.Bar) { b.Spec.Image = "nginx:1.29.0" },
-		"uid":      func(b *barv1alpha1.Bar) { b.UID = "other" },
+	for name, edit := range map[string]func(*barv1.Bar){
+		"replicas": func(b *barv1.Bar) { b.Spec.Replicas = ptr.To[int32](3) },
+		"image":    func(b *barv1.Bar) { b.Spec.Template.Image = "nginx:1.29.0" },
+		"uid":      func(b *barv1.Bar) { b.UID = "other" },
 	} {
 		b := newBar("test", "web", 2)
 		edit(b)

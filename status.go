@@ -25,8 +25,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 
-	barv1alpha1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1alpha1"
-	barac "github.com/barcontroller/bar-controller/pkg/generated/applyconfiguration/barcontroller/v1alpha1"
+	barv1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1"
+	barac "github.com/barcontroller/bar-controller/pkg/generated/applyconfiguration/barcontroller/v1"
 )
 
 // readiness is the Ready condition of a Bar minus its timestamps, so that two
@@ -38,12 +38,12 @@ type readiness struct {
 }
 
 // deploymentReadiness judges a Deployment that the Bar controls.
-func deploymentReadiness(bar *barv1alpha1.Bar, d *appsv1.Deployment) readiness {
+func deploymentReadiness(bar *barv1.Bar, d *appsv1.Deployment) readiness {
 	want := desiredReplicas(bar)
 	for _, c := range d.Status.Conditions {
 		if c.Type == appsv1.DeploymentProgressing && c.Status == corev1.ConditionFalse &&
 			c.Reason == "ProgressDeadlineExceeded" {
-			return readiness{metav1.ConditionFalse, barv1alpha1.ReasonProgressDeadlineExceeded,
+			return readiness{metav1.ConditionFalse, barv1.ReasonProgressDeadlineExceeded,
 				fmt.Sprintf("Deployment %s is not making progress: %s", d.Name, c.Message)}
 		}
 	}
@@ -53,13 +53,13 @@ func deploymentReadiness(bar *barv1alpha1.Bar, d *appsv1.Deployment) readiness {
 		d.Status.UpdatedReplicas == want && d.Status.Replicas == want
 	switch {
 	case settled && want == 0:
-		return readiness{metav1.ConditionTrue, barv1alpha1.ReasonScaledToZero,
+		return readiness{metav1.ConditionTrue, barv1.ReasonScaledToZero,
 			fmt.Sprintf("Deployment %s is scaled to zero", d.Name)}
 	case settled && d.Status.AvailableReplicas >= want:
-		return readiness{metav1.ConditionTrue, barv1alpha1.ReasonDeploymentAvailable,
+		return readiness{metav1.ConditionTrue, barv1.ReasonDeploymentAvailable,
 			fmt.Sprintf("%d of %d replicas of Deployment %s are available", d.Status.AvailableReplicas, want, d.Name)}
 	default:
-		return readiness{metav1.ConditionFalse, barv1alpha1.ReasonReplicasUnavailable,
+		return readiness{metav1.ConditionFalse, barv1.ReasonReplicasUnavailable,
 			fmt.Sprintf("waiting for Deployment %s to have %d available replicas (it has %d replicas: %d up to date, %d available)",
 				d.Name, want, d.Status.Replicas, d.Status.UpdatedReplicas, d.Status.AvailableReplicas)}
 	}
@@ -68,13 +68,13 @@ func deploymentReadiness(bar *barv1alpha1.Bar, d *appsv1.Deployment) readiness {
 // renamingReadiness is the Ready condition while a rename waits for the new
 // Deployment (d, judged r) to become available and old Deployments keep
 // serving (sync.go: make before break).
-func renamingReadiness(bar *barv1alpha1.Bar, r readiness, d *appsv1.Deployment, old []metav1.Object) readiness {
+func renamingReadiness(bar *barv1.Bar, r readiness, d *appsv1.Deployment, old []metav1.Object) readiness {
 	names := oldNames(old)
-	if r.reason == barv1alpha1.ReasonProgressDeadlineExceeded {
+	if r.reason == barv1.ReasonProgressDeadlineExceeded {
 		return readiness{metav1.ConditionFalse, r.reason,
 			fmt.Sprintf("%s; Deployment %s, from before the Bar was renamed, keeps serving until %s is available", r.message, names, d.Name)}
 	}
-	return readiness{metav1.ConditionFalse, barv1alpha1.ReasonRenaming,
+	return readiness{metav1.ConditionFalse, barv1.ReasonRenaming,
 		fmt.Sprintf("renamed from Deployment %s to %s: %s keeps serving until %s has %d available replicas (it has %d)",
 			names, d.Name, names, d.Name, desiredReplicas(bar), d.Status.AvailableReplicas)}
 }
@@ -82,9 +82,9 @@ func renamingReadiness(bar *barv1alpha1.Bar, r readiness, d *appsv1.Deployment, 
 // warningReasons are the Ready reasons announced by a Warning event when a
 // Bar enters them: problems a person has to act on.
 var warningReasons = map[string]bool{
-	barv1alpha1.ReasonDeploymentNotOwned:       true,
-	barv1alpha1.ReasonApplyFailed:              true,
-	barv1alpha1.ReasonProgressDeadlineExceeded: true,
+	barv1.ReasonDeploymentNotOwned:       true,
+	barv1.ReasonApplyFailed:              true,
+	barv1.ReasonProgressDeadlineExceeded: true,
 }
 
 // notOwnedReadiness explains why the controller leaves a Deployment alone.
@@ -93,22 +93,22 @@ func notOwnedReadiness(d metav1.Object) readiness {
 	if ref := metav1.GetControllerOfNoCopy(d); ref != nil {
 		owner = fmt.Sprintf("controller %s %s", ref.Kind, ref.Name)
 	}
-	return readiness{metav1.ConditionFalse, barv1alpha1.ReasonDeploymentNotOwned,
+	return readiness{metav1.ConditionFalse, barv1.ReasonDeploymentNotOwned,
 		fmt.Sprintf("Deployment %s already exists with %s, so this Bar does not manage it; "+
-			"delete or rename that Deployment, or choose another spec.deploymentName", d.GetName(), owner)}
+			"delete or rename that Deployment, or choose another spec.deployment.name", d.GetName(), owner)}
 }
 
 // newStatus is the status a Bar should have. now stamps the Ready condition
 // only when its status flips, as the API conventions ask.
-func newStatus(bar *barv1alpha1.Bar, available int32, r readiness, now metav1.Time) barv1alpha1.BarStatus {
-	status := barv1alpha1.BarStatus{
+func newStatus(bar *barv1.Bar, available int32, r readiness, now metav1.Time) barv1.BarStatus {
+	status := barv1.BarStatus{
 		ObservedGeneration: bar.Generation,
 		AvailableReplicas:  available,
 		// Keep conditions other writers may have added; we own only Ready.
 		Conditions: append([]metav1.Condition(nil), bar.Status.Conditions...),
 	}
 	meta.SetStatusCondition(&status.Conditions, metav1.Condition{
-		Type:               barv1alpha1.ConditionReady,
+		Type:               barv1.ConditionReady,
 		Status:             r.status,
 		Reason:             r.reason,
 		Message:            r.message,
@@ -120,12 +120,12 @@ func newStatus(bar *barv1alpha1.Bar, available int32, r readiness, now metav1.Ti
 
 // statusChanged reports whether writing want over have would change
 // anything but a timestamp.
-func statusChanged(have, want *barv1alpha1.BarStatus) bool {
+func statusChanged(have, want *barv1.BarStatus) bool {
 	if have.ObservedGeneration != want.ObservedGeneration || have.AvailableReplicas != want.AvailableReplicas {
 		return true
 	}
-	h := meta.FindStatusCondition(have.Conditions, barv1alpha1.ConditionReady)
-	w := meta.FindStatusCondition(want.Conditions, barv1alpha1.ConditionReady)
+	h := meta.FindStatusCondition(have.Conditions, barv1.ConditionReady)
+	w := meta.FindStatusCondition(want.Conditions, barv1.ConditionReady)
 	if h == nil || w == nil {
 		return h != w
 	}
@@ -136,8 +136,8 @@ func statusChanged(have, want *barv1alpha1.BarStatus) bool {
 // statusApplyConfiguration turns a status into the apply request for the
 // status subresource. It names only the Ready condition: conditions are a
 // map keyed by type, so server-side apply leaves other types to their owners.
-func statusApplyConfiguration(bar *barv1alpha1.Bar, status *barv1alpha1.BarStatus) *barac.BarApplyConfiguration {
-	ready := meta.FindStatusCondition(status.Conditions, barv1alpha1.ConditionReady)
+func statusApplyConfiguration(bar *barv1.Bar, status *barv1.BarStatus) *barac.BarApplyConfiguration {
+	ready := meta.FindStatusCondition(status.Conditions, barv1.ConditionReady)
 	return barac.Bar(bar.Name, bar.Namespace).
 		WithStatus(barac.BarStatus().
 			WithObservedGeneration(status.ObservedGeneration).

@@ -24,7 +24,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	barv1alpha1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1alpha1"
+	barv1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1"
 )
 
 func TestDeploymentReadiness(t *testing.T) {
@@ -35,20 +35,20 @@ func TestDeploymentReadiness(t *testing.T) {
 		wantStatus metav1.ConditionStatus
 		wantReason string
 	}{
-		{"all available", 3, func(*appsv1.Deployment) {}, metav1.ConditionTrue, barv1alpha1.ReasonDeploymentAvailable},
-		{"scaled to zero", 0, func(*appsv1.Deployment) {}, metav1.ConditionTrue, barv1alpha1.ReasonScaledToZero},
-		{"still scaling down to zero", 0, func(d *appsv1.Deployment) { d.Status.Replicas = 1 }, metav1.ConditionFalse, barv1alpha1.ReasonReplicasUnavailable},
-		{"one unavailable", 3, func(d *appsv1.Deployment) { d.Status.AvailableReplicas = 2 }, metav1.ConditionFalse, barv1alpha1.ReasonReplicasUnavailable},
-		{"rollout not observed yet", 3, func(d *appsv1.Deployment) { d.Generation = 2 }, metav1.ConditionFalse, barv1alpha1.ReasonReplicasUnavailable},
-		{"old replicas still running", 3, func(d *appsv1.Deployment) { d.Status.UpdatedReplicas = 1 }, metav1.ConditionFalse, barv1alpha1.ReasonReplicasUnavailable},
-		{"surge replicas still running", 3, func(d *appsv1.Deployment) { d.Status.Replicas = 4 }, metav1.ConditionFalse, barv1alpha1.ReasonReplicasUnavailable},
+		{"all available", 3, func(*appsv1.Deployment) {}, metav1.ConditionTrue, barv1.ReasonDeploymentAvailable},
+		{"scaled to zero", 0, func(*appsv1.Deployment) {}, metav1.ConditionTrue, barv1.ReasonScaledToZero},
+		{"still scaling down to zero", 0, func(d *appsv1.Deployment) { d.Status.Replicas = 1 }, metav1.ConditionFalse, barv1.ReasonReplicasUnavailable},
+		{"one unavailable", 3, func(d *appsv1.Deployment) { d.Status.AvailableReplicas = 2 }, metav1.ConditionFalse, barv1.ReasonReplicasUnavailable},
+		{"rollout not observed yet", 3, func(d *appsv1.Deployment) { d.Generation = 2 }, metav1.ConditionFalse, barv1.ReasonReplicasUnavailable},
+		{"old replicas still running", 3, func(d *appsv1.Deployment) { d.Status.UpdatedReplicas = 1 }, metav1.ConditionFalse, barv1.ReasonReplicasUnavailable},
+		{"surge replicas still running", 3, func(d *appsv1.Deployment) { d.Status.Replicas = 4 }, metav1.ConditionFalse, barv1.ReasonReplicasUnavailable},
 		{"progress deadline exceeded", 3, func(d *appsv1.Deployment) {
 			d.Status.AvailableReplicas = 0
 			d.Status.Conditions = []appsv1.DeploymentCondition{{
 				Type: appsv1.DeploymentProgressing, Status: corev1.ConditionFalse, Reason: "ProgressDeadlineExceeded",
 				Message: "ReplicaSet \"web-123\" has timed out progressing.",
 			}}
-		}, metav1.ConditionFalse, barv1alpha1.ReasonProgressDeadlineExceeded},
+		}, metav1.ConditionFalse, barv1.ReasonProgressDeadlineExceeded},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -65,17 +65,17 @@ func TestDeploymentReadiness(t *testing.T) {
 
 func TestNewStatusKeepsTransitionTimeAndOtherConditions(t *testing.T) {
 	earlier := metav1.NewTime(fixedNow.Add(-time.Hour))
-	bar := withStatus(newBar("test", "web", 1), 1, metav1.ConditionTrue, barv1alpha1.ReasonDeploymentAvailable, "m")
+	bar := withStatus(newBar("test", "web", 1), 1, metav1.ConditionTrue, barv1.ReasonDeploymentAvailable, "m")
 	bar.Status.Conditions = append(bar.Status.Conditions, metav1.Condition{Type: "Audited", Status: metav1.ConditionTrue, Reason: "ByHand"})
 
-	same := newStatus(bar, 1, readiness{metav1.ConditionTrue, barv1alpha1.ReasonDeploymentAvailable, "m2"}, fixedNow)
+	same := newStatus(bar, 1, readiness{metav1.ConditionTrue, barv1.ReasonDeploymentAvailable, "m2"}, fixedNow)
 	if got := same.Conditions[0].LastTransitionTime; !got.Equal(&earlier) {
 		t.Errorf("status did not flip but lastTransitionTime moved to %v", got)
 	}
 	if len(same.Conditions) != 2 || same.Conditions[1].Type != "Audited" {
 		t.Errorf("other conditions lost: %+v", same.Conditions)
 	}
-	flipped := newStatus(bar, 0, readiness{metav1.ConditionFalse, barv1alpha1.ReasonReplicasUnavailable, "m"}, fixedNow)
+	flipped := newStatus(bar, 0, readiness{metav1.ConditionFalse, barv1.ReasonReplicasUnavailable, "m"}, fixedNow)
 	if got := flipped.Conditions[0].LastTransitionTime; !got.Equal(&fixedNow) {
 		t.Errorf("status flipped but lastTransitionTime is %v, want %v", got, fixedNow)
 	}
@@ -85,21 +85,21 @@ func TestNewStatusKeepsTransitionTimeAndOtherConditions(t *testing.T) {
 }
 
 func TestStatusChanged(t *testing.T) {
-	base := withStatus(newBar("test", "web", 1), 1, metav1.ConditionTrue, barv1alpha1.ReasonDeploymentAvailable, "m").Status
+	base := withStatus(newBar("test", "web", 1), 1, metav1.ConditionTrue, barv1.ReasonDeploymentAvailable, "m").Status
 	tests := []struct {
 		name   string
-		mutate func(*barv1alpha1.BarStatus)
+		mutate func(*barv1.BarStatus)
 		want   bool
 	}{
-		{"identical", func(*barv1alpha1.BarStatus) {}, false},
-		{"only the timestamp", func(s *barv1alpha1.BarStatus) { s.Conditions[0].LastTransitionTime = fixedNow }, false},
-		{"observedGeneration", func(s *barv1alpha1.BarStatus) { s.ObservedGeneration++ }, true},
-		{"availableReplicas", func(s *barv1alpha1.BarStatus) { s.AvailableReplicas = 0 }, true},
-		{"condition status", func(s *barv1alpha1.BarStatus) { s.Conditions[0].Status = metav1.ConditionFalse }, true},
-		{"condition reason", func(s *barv1alpha1.BarStatus) { s.Conditions[0].Reason = "Other" }, true},
-		{"condition message", func(s *barv1alpha1.BarStatus) { s.Conditions[0].Message = "other" }, true},
-		{"condition generation", func(s *barv1alpha1.BarStatus) { s.Conditions[0].ObservedGeneration++ }, true},
-		{"condition missing", func(s *barv1alpha1.BarStatus) { s.Conditions = nil }, true},
+		{"identical", func(*barv1.BarStatus) {}, false},
+		{"only the timestamp", func(s *barv1.BarStatus) { s.Conditions[0].LastTransitionTime = fixedNow }, false},
+		{"observedGeneration", func(s *barv1.BarStatus) { s.ObservedGeneration++ }, true},
+		{"availableReplicas", func(s *barv1.BarStatus) { s.AvailableReplicas = 0 }, true},
+		{"condition status", func(s *barv1.BarStatus) { s.Conditions[0].Status = metav1.ConditionFalse }, true},
+		{"condition reason", func(s *barv1.BarStatus) { s.Conditions[0].Reason = "Other" }, true},
+		{"condition message", func(s *barv1.BarStatus) { s.Conditions[0].Message = "other" }, true},
+		{"condition generation", func(s *barv1.BarStatus) { s.Conditions[0].ObservedGeneration++ }, true},
+		{"condition missing", func(s *barv1.BarStatus) { s.Conditions = nil }, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -30,7 +30,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
-	barv1alpha1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1alpha1"
+	barv1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1"
 )
 
 // This file holds the sync step: syncHandler reads one Bar and its
@@ -91,8 +91,8 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) erro
 	if apierrors.IsInvalid(err) {
 		// Retrying the same request gets the same answer; a change to the
 		// Bar enqueues it again.
-		return c.updateStatus(ctx, bar, 0, readiness{metav1.ConditionFalse, barv1alpha1.ReasonApplyFailed,
-			fmt.Sprintf("the API server rejected Deployment %s: %v", bar.Spec.DeploymentName, err)})
+		return c.updateStatus(ctx, bar, 0, readiness{metav1.ConditionFalse, barv1.ReasonApplyFailed,
+			fmt.Sprintf("the API server rejected Deployment %s: %v", bar.Spec.Deployment.Name, err)})
 	}
 	if err != nil {
 		return err
@@ -124,14 +124,14 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) erro
 // The metadata cache sees every Deployment; the full one only those with
 // the controller's managed-by label, so a Deployment of ours whose label
 // someone removed has a holder and no have.
-func (c *Controller) deploymentFor(bar *barv1alpha1.Bar) (holder metav1.Object, have *appsv1.Deployment, err error) {
-	have, err = c.deploymentsLister.Deployments(bar.Namespace).Get(bar.Spec.DeploymentName)
+func (c *Controller) deploymentFor(bar *barv1.Bar) (holder metav1.Object, have *appsv1.Deployment, err error) {
+	have, err = c.deploymentsLister.Deployments(bar.Namespace).Get(bar.Spec.Deployment.Name)
 	if apierrors.IsNotFound(err) {
 		have = nil
 	} else if err != nil {
 		return nil, nil, err
 	}
-	obj, exists, err := c.deploymentMetaIndexer.GetByKey(bar.Namespace + "/" + bar.Spec.DeploymentName)
+	obj, exists, err := c.deploymentMetaIndexer.GetByKey(bar.Namespace + "/" + bar.Spec.Deployment.Name)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -153,7 +153,7 @@ func (c *Controller) deploymentFor(bar *barv1alpha1.Bar) (holder metav1.Object, 
 // cached one (have) differs, and returns the result. exists says whether
 // the Deployment exists (it then is this Bar's); have is nil when it does
 // not, or when it lost the label that puts it in the full cache.
-func (c *Controller) applyDeployment(ctx context.Context, bar *barv1alpha1.Bar, exists bool, have *appsv1.Deployment) (*appsv1.Deployment, error) {
+func (c *Controller) applyDeployment(ctx context.Context, bar *barv1.Bar, exists bool, have *appsv1.Deployment) (*appsv1.Deployment, error) {
 	key := cache.MetaObjectToName(bar)
 	want := newDeployment(bar)
 	var diff []string
@@ -177,9 +177,9 @@ func (c *Controller) applyDeployment(ctx context.Context, bar *barv1alpha1.Bar, 
 	opts := metav1.ApplyOptions{FieldManager: fieldManager, Force: exists}
 	start := time.Now()
 	d, err := c.kubeclientset.AppsV1().Deployments(bar.Namespace).Apply(ctx, want, opts)
-	c.trace.apiCall(key, "apply deployments/"+bar.Spec.DeploymentName, start, d, err)
+	c.trace.apiCall(key, "apply deployments/"+bar.Spec.Deployment.Name, start, d, err)
 	if err != nil {
-		return nil, fmt.Errorf("applying Deployment %s: %w", bar.Spec.DeploymentName, err)
+		return nil, fmt.Errorf("applying Deployment %s: %w", bar.Spec.Deployment.Name, err)
 	}
 	if have != nil && d.ResourceVersion == have.ResourceVersion {
 		// The API server already held all of it (another writer put the
@@ -199,9 +199,9 @@ func (c *Controller) applyDeployment(ctx context.Context, bar *barv1alpha1.Bar, 
 }
 
 // oldDeployments returns the Deployments the Bar controls under a name it
-// no longer asks for (spec.deploymentName changed), but not those already
+// no longer asks for (spec.deployment.name changed), but not those already
 // being deleted.
-func (c *Controller) oldDeployments(bar *barv1alpha1.Bar) ([]metav1.Object, error) {
+func (c *Controller) oldDeployments(bar *barv1.Bar) ([]metav1.Object, error) {
 	owned, err := c.deploymentMetaIndexer.ByIndex(deploymentsByBarUID, string(bar.UID))
 	if err != nil {
 		return nil, err
@@ -209,7 +209,7 @@ func (c *Controller) oldDeployments(bar *barv1alpha1.Bar) ([]metav1.Object, erro
 	var old []metav1.Object
 	for _, obj := range owned {
 		d := obj.(metav1.Object)
-		if d.GetName() != bar.Spec.DeploymentName && d.GetNamespace() == bar.Namespace && d.GetDeletionTimestamp() == nil {
+		if d.GetName() != bar.Spec.Deployment.Name && d.GetNamespace() == bar.Namespace && d.GetDeletionTimestamp() == nil {
 			old = append(old, d)
 		}
 	}
@@ -217,7 +217,7 @@ func (c *Controller) oldDeployments(bar *barv1alpha1.Bar) ([]metav1.Object, erro
 }
 
 // deleteOldDeployments removes the Deployments a rename left behind.
-func (c *Controller) deleteOldDeployments(ctx context.Context, bar *barv1alpha1.Bar, old []metav1.Object) error {
+func (c *Controller) deleteOldDeployments(ctx context.Context, bar *barv1.Bar, old []metav1.Object) error {
 	key := cache.MetaObjectToName(bar)
 	for _, d := range old {
 		c.trace.decision(key, "renamed, and the new Deployment is available: delete the old one", d.GetName())
@@ -234,7 +234,7 @@ func (c *Controller) deleteOldDeployments(ctx context.Context, bar *barv1alpha1.
 			return fmt.Errorf("deleting old Deployment %s: %w", d.GetName(), err)
 		}
 		c.recorder.Eventf(bar, nil, corev1.EventTypeNormal, EventDeploymentDeleted, actionDelete,
-			"Deleted Deployment %s: the Bar now names Deployment %s, which is available", d.GetName(), bar.Spec.DeploymentName)
+			"Deleted Deployment %s: the Bar now names Deployment %s, which is available", d.GetName(), bar.Spec.Deployment.Name)
 		klog.FromContext(ctx).V(2).Info("Deleted old Deployment", "deployment", klog.KObj(d))
 	}
 	return nil
@@ -250,7 +250,7 @@ func oldNames(old []metav1.Object) string {
 
 // updateStatus is the status step: write the Bar's status through the status
 // subresource if, and only if, it would change.
-func (c *Controller) updateStatus(ctx context.Context, bar *barv1alpha1.Bar, available int32, r readiness) error {
+func (c *Controller) updateStatus(ctx context.Context, bar *barv1.Bar, available int32, r readiness) error {
 	key := cache.MetaObjectToName(bar)
 	want := newStatus(bar, available, r, c.now())
 	if !statusChanged(&bar.Status, &want) {
@@ -259,7 +259,7 @@ func (c *Controller) updateStatus(ctx context.Context, bar *barv1alpha1.Bar, ava
 	}
 	c.trace.decision(key, "status changed: write it", r.reason)
 	start := time.Now()
-	updated, err := c.barclientset.BarcontrollerV1alpha1().Bars(bar.Namespace).ApplyStatus(ctx,
+	updated, err := c.barclientset.BarcontrollerV1().Bars(bar.Namespace).ApplyStatus(ctx,
 		statusApplyConfiguration(bar, &want), metav1.ApplyOptions{FieldManager: fieldManager, Force: true})
 	c.trace.apiCall(key, "apply bars/"+bar.Name+"/status", start, updated, err)
 	if err != nil {
@@ -268,7 +268,7 @@ func (c *Controller) updateStatus(ctx context.Context, bar *barv1alpha1.Bar, ava
 	c.writes.wrote(key, bar.UID, "bars", updated.ResourceVersion)
 
 	// Problems are announced once, when the Bar enters them.
-	if old := meta.FindStatusCondition(bar.Status.Conditions, barv1alpha1.ConditionReady); r.status == metav1.ConditionFalse &&
+	if old := meta.FindStatusCondition(bar.Status.Conditions, barv1.ConditionReady); r.status == metav1.ConditionFalse &&
 		warningReasons[r.reason] && (old == nil || old.Reason != r.reason) {
 		c.recorder.Eventf(bar, nil, corev1.EventTypeWarning, r.reason, actionSync, "%s", r.message)
 	}

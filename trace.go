@@ -27,7 +27,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
-	barv1alpha1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1alpha1"
+	barv1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1"
 )
 
 // The --trace flag follows the Bars whose "namespace/name" matches a
@@ -152,12 +152,12 @@ func (t *tracer) decision(key cache.ObjectName, what, detail string) {
 
 // read: the sync started from what the caches hold now, which may be newer
 // than the event that queued the key (deployment is nil if there is none).
-func (t *tracer) read(key cache.ObjectName, bar *barv1alpha1.Bar, deployment *appsv1.Deployment) {
+func (t *tracer) read(key cache.ObjectName, bar *barv1.Bar, deployment *appsv1.Deployment) {
 	if !t.matches(key) {
 		return
 	}
 	kv := []any{"bar", key, "barResourceVersion", bar.ResourceVersion, "generation", bar.Generation,
-		"deployment", bar.Spec.DeploymentName}
+		"deployment", bar.Spec.Deployment.Name}
 	if deployment != nil {
 		kv = append(kv, "deploymentResourceVersion", deployment.ResourceVersion)
 	} else {
@@ -183,7 +183,7 @@ func (t *tracer) apiCall(key cache.ObjectName, call string, start time.Time, res
 		if o != nil {
 			rv = o.ResourceVersion
 		}
-	case *barv1alpha1.Bar:
+	case *barv1.Bar:
 		if o != nil {
 			rv = o.ResourceVersion
 		}

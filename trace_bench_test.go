@@ -23,7 +23,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
-	barv1alpha1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1alpha1"
+	barv1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1"
 )
 
 // BenchmarkEventToNoOpSync measures the path every event and resync of a
@@ -42,7 +42,7 @@ func BenchmarkEventToNoOpSync(b *testing.B) {
 		b.Run(bc.name, func(b *testing.B) {
 			ctx := klog.NewContext(context.Background(), klog.LoggerWithName(klog.Background(), "bench").V(10))
 			f := newFixture(b)
-			bar := withStatus(newBar("web", "web", 2), 2, metav1.ConditionTrue, barv1alpha1.ReasonDeploymentAvailable, readyMessage(2, 2, "web"))
+			bar := withStatus(newBar("web", "web", 2), 2, metav1.ConditionTrue, barv1.ReasonDeploymentAvailable, readyMessage(2, 2, "web"))
 			f.bars = append(f.bars, bar)
 			f.deployments = append(f.deployments, ownedDeployment(bar))
 			c := f.newController(ctx)

@@ -29,7 +29,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/textlogger"
 
-	barv1alpha1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1alpha1"
+	barv1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1"
 )
 
 func TestTraceMatches(t *testing.T) {
@@ -98,7 +98,7 @@ func TestTraceStages(t *testing.T) {
 	}
 	// In the fake API only, not in the caches as the fixture would put
 	// them: the informers' first list must find them.
-	for _, bar := range []*barv1alpha1.Bar{newBar("web", "web", 1), newBar("other", "other", 1)} {
+	for _, bar := range []*barv1.Bar{newBar("web", "web", 1), newBar("other", "other", 1)} {
 		if err := f.client.Tracker().Add(bar); err != nil {
 			t.Fatal(err)
 		}

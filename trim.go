@@ -44,10 +44,10 @@ func dropManagedFields(obj interface{}) (interface{}, error) {
 // deploymentDrift, deploymentReadiness and the handlers read, and drops the
 // rest: annotations but the desired hash (kubectl's last-applied
 // configuration among them), the managedFields of every manager but this
-// controller's apply, the pod template's spec beyond its containers' names
-// and images, the strategy, and every field the API server defaulted. What
-// deploymentDrift compares must be kept here too; TestTrimDeployment checks
-// that drift and readiness do not change.
+// controller's apply, the pod template's spec beyond its containers' names,
+// images and resources (requests and limits), the strategy, and every field
+// the API server defaulted. What deploymentDrift compares must be kept here
+// too; TestTrimDeployment checks that drift and readiness do not change.
 func trimDeployment(obj interface{}) (interface{}, error) {
 	d, ok := obj.(*appsv1.Deployment)
 	if !ok {
@@ -55,7 +55,7 @@ func trimDeployment(obj interface{}) (interface{}, error) {
 	}
 	containers := make([]corev1.Container, len(d.Spec.Template.Spec.Containers))
 	for i, c := range d.Spec.Template.Spec.Containers {
-		containers[i] = corev1.Container{Name: c.Name, Image: c.Image}
+		containers[i] = corev1.Container{Name: c.Name, Image: c.Image, Resources: corev1.ResourceRequirements{Requests: c.Resources.Requests, Limits: c.Resources.Limits}}
 	}
 	var annotations map[string]string
 	if h, ok := d.Annotations[desiredHashAnnotation]; ok {

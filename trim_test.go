@@ -27,12 +27,12 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
-	barv1alpha1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1alpha1"
+	barv1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1"
 )
 
 // serverDeployment is ownedDeployment as the API server returns it: with
 // the fields it defaults, other writers' annotations and managedFields.
-func serverDeployment(bar *barv1alpha1.Bar) *appsv1.Deployment {
+func serverDeployment(bar *barv1.Bar) *appsv1.Deployment {
 	d := ownedDeployment(bar)
 	d.Annotations["kubectl.kubernetes.io/last-applied-configuration"] = `{"apiVersion":"apps/v1","kind":"Deployment"}`
 	d.ManagedFields = append(d.ManagedFields,
@@ -128,7 +128,7 @@ func TestTrimDeployment(t *testing.T) {
 // what tells the controller who holds a name, and nothing else.
 func TestTrimDeploymentMetadata(t *testing.T) {
 	bar := newBar("owner", "web", 1)
-	barRef := *metav1.NewControllerRef(bar, barv1alpha1.SchemeGroupVersion.WithKind("Bar"))
+	barRef := *metav1.NewControllerRef(bar, barv1.SchemeGroupVersion.WithKind("Bar"))
 	plainRef := metav1.OwnerReference{APIVersion: "v1", Kind: "ConfigMap", Name: "cm", UID: "cm-uid"}
 	gone := metav1.Now()
 	tests := []struct {

@@ -37,8 +37,8 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/barcontroller/bar-controller/internal/testcluster"
-	barv1alpha1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1alpha1"
-	barac "github.com/barcontroller/bar-controller/pkg/generated/applyconfiguration/barcontroller/v1alpha1"
+	barv1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1"
+	barac "github.com/barcontroller/bar-controller/pkg/generated/applyconfiguration/barcontroller/v1"
 	clientset "github.com/barcontroller/bar-controller/pkg/generated/clientset/versioned"
 )
 
@@ -89,7 +89,7 @@ var variants = []variant{
 // yet) and a forced apply of the status, both as field manager
 // bar-controller.
 func applyWrites(ctx context.Context, w writers, ns string, i int) error {
-	bar, err := w.bars.BarcontrollerV1alpha1().Bars(ns).Create(ctx, benchBar(ns, i), metav1.CreateOptions{})
+	bar, err := w.bars.BarcontrollerV1().Bars(ns).Create(ctx, benchBar(ns, i), metav1.CreateOptions{})
 	if err != nil {
 		return err
 	}
@@ -104,7 +104,7 @@ func applyWrites(ctx context.Context, w writers, ns string, i int) error {
 			WithSelector(metav1ac.LabelSelector().WithMatchLabels(d.Spec.Selector.MatchLabels)).
 			WithTemplate(corev1ac.PodTemplateSpec().
 				WithLabels(d.Spec.Template.Labels).
-				WithSpec(corev1ac.PodSpec().WithContainers(corev1ac.Container().WithName("app").WithImage(bar.Spec.Image)))))
+				WithSpec(corev1ac.PodSpec().WithContainers(corev1ac.Container().WithName("app").WithImage(bar.Spec.Template.Image)))))
 	if _, err := w.kube.AppsV1().Deployments(ns).Apply(ctx, ac, metav1.ApplyOptions{FieldManager: "bar-controller"}); err != nil {
 		return err
 	}
@@ -115,7 +115,7 @@ func applyWrites(ctx context.Context, w writers, ns string, i int) error {
 		WithAvailableReplicas(0).
 		WithConditions(metav1ac.Condition().WithType(c.Type).WithStatus(c.Status).WithReason(c.Reason).
 			WithMessage(c.Message).WithObservedGeneration(c.ObservedGeneration).WithLastTransitionTime(c.LastTransitionTime)))
-	_, err = w.bars.BarcontrollerV1alpha1().Bars(ns).ApplyStatus(ctx, status, metav1.ApplyOptions{FieldManager: "bar-controller", Force: true})
+	_, err = w.bars.BarcontrollerV1().Bars(ns).ApplyStatus(ctx, status, metav1.ApplyOptions{FieldManager: "bar-controller", Force: true})
 	return err
 }
 
@@ -130,7 +130,7 @@ func createEvent(ctx context.Context, kube kubernetes.Interface, ns, bar string)
 		ReportingInstance:   "bar-controller-bench",
 		Action:              "Create",
 		Reason:              "DeploymentCreated",
-		Regarding:           corev1.ObjectReference{APIVersion: barv1alpha1.SchemeGroupVersion.String(), Kind: "Bar", Namespace: ns, Name: bar},
+		Regarding:           corev1.ObjectReference{APIVersion: barv1.SchemeGroupVersion.String(), Kind: "Bar", Namespace: ns, Name: bar},
 		Note:                "Created Deployment " + bar,
 		Type:                corev1.EventTypeNormal,
 	}, metav1.CreateOptions{})
@@ -153,7 +153,7 @@ func openWatches(ctx context.Context, cfg *rest.Config, set watchSet, ns string)
 	managed := opts
 	managed.LabelSelector = "app.kubernetes.io/managed-by=bar-controller"
 	opens := []func() (watch.Interface, error){
-		func() (watch.Interface, error) { return bars.BarcontrollerV1alpha1().Bars("").Watch(ctx, opts) },
+		func() (watch.Interface, error) { return bars.BarcontrollerV1().Bars("").Watch(ctx, opts) },
 		func() (watch.Interface, error) { return kube.AppsV1().Deployments("").Watch(ctx, managed) },
 		func() (watch.Interface, error) {
 			return meta.Resource(appsv1.SchemeGroupVersion.WithResource("deployments")).Watch(ctx, opts)
@@ -161,7 +161,7 @@ func openWatches(ctx context.Context, cfg *rest.Config, set watchSet, ns string)
 	}
 	if set == benchWatches {
 		opens = []func() (watch.Interface, error){
-			func() (watch.Interface, error) { return bars.BarcontrollerV1alpha1().Bars(ns).Watch(ctx, opts) },
+			func() (watch.Interface, error) { return bars.BarcontrollerV1().Bars(ns).Watch(ctx, opts) },
 			func() (watch.Interface, error) { return kube.AppsV1().Deployments(ns).Watch(ctx, opts) },
 		}
 	}

@@ -28,7 +28,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
-	barv1alpha1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1alpha1"
+	barv1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1"
 	clientset "github.com/barcontroller/bar-controller/pkg/generated/clientset/versioned"
 )
 
@@ -36,11 +36,11 @@ import (
 // for; the image is never pulled (there are no nodes).
 const benchImage = "registry.example/app:1.0"
 
-func benchBar(ns string, i int) *barv1alpha1.Bar {
+func benchBar(ns string, i int) *barv1.Bar {
 	name := fmt.Sprintf("bar-%05d", i)
-	return &barv1alpha1.Bar{
+	return &barv1.Bar{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec:       barv1alpha1.BarSpec{DeploymentName: name, Replicas: ptr.To[int32](2), Image: benchImage},
+		Spec:       barv1.BarSpec{Deployment: barv1.BarDeployment{Name: name}, Replicas: ptr.To[int32](2), Template: barv1.BarPodTemplate{Image: benchImage}},
 	}
 }
 
@@ -48,14 +48,14 @@ func benchBar(ns string, i int) *barv1alpha1.Bar {
 // bar: the same labels, selector, owner reference and template the real
 // one sends (deployment.go), so the floor pays for objects of the same
 // size.
-func floorDeployment(bar *barv1alpha1.Bar) *appsv1.Deployment {
+func floorDeployment(bar *barv1.Bar) *appsv1.Deployment {
 	labels := map[string]string{"barcontroller.dev/bar": bar.Name}
 	return &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: bar.Spec.DeploymentName, Namespace: bar.Namespace,
+			Name: bar.Spec.Deployment.Name, Namespace: bar.Namespace,
 			Labels: map[string]string{"barcontroller.dev/bar": bar.Name, "app.kubernetes.io/managed-by": "bar-controller"},
 			OwnerReferences: []metav1.OwnerReference{{
-				APIVersion: barv1alpha1.SchemeGroupVersion.String(), Kind: "Bar", Name: bar.Name, UID: bar.UID,
+				APIVersion: barv1.SchemeGroupVersion.String(), Kind: "Bar", Name: bar.Name, UID: bar.UID,
 				Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
 			}},
 		},
@@ -64,7 +64,7 @@ func floorDeployment(bar *barv1alpha1.Bar) *appsv1.Deployment {
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: bar.Spec.Image}}},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: bar.Spec.Template.Image}}},
 			},
 		},
 	}
@@ -113,7 +113,7 @@ type writers struct {
 }
 
 func floorWrites(ctx context.Context, w writers, ns string, i int) error {
-	bar, err := w.bars.BarcontrollerV1alpha1().Bars(ns).Create(ctx, benchBar(ns, i), metav1.CreateOptions{})
+	bar, err := w.bars.BarcontrollerV1().Bars(ns).Create(ctx, benchBar(ns, i), metav1.CreateOptions{})
 	if err != nil {
 		return err
 	}
@@ -121,14 +121,14 @@ func floorWrites(ctx context.Context, w writers, ns string, i int) error {
 		return err
 	}
 	bar.Status = floorStatus(bar)
-	_, err = w.bars.BarcontrollerV1alpha1().Bars(ns).UpdateStatus(ctx, bar, metav1.UpdateOptions{})
+	_, err = w.bars.BarcontrollerV1().Bars(ns).UpdateStatus(ctx, bar, metav1.UpdateOptions{})
 	return err
 }
 
 // floorStatus is the status the controller writes for a new Bar.
-func floorStatus(bar *barv1alpha1.Bar) barv1alpha1.BarStatus {
-	return barv1alpha1.BarStatus{ObservedGeneration: bar.Generation, Conditions: []metav1.Condition{{
-		Type: barv1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: "ReplicasUnavailable",
+func floorStatus(bar *barv1.Bar) barv1.BarStatus {
+	return barv1.BarStatus{ObservedGeneration: bar.Generation, Conditions: []metav1.Condition{{
+		Type: barv1.ConditionReady, Status: metav1.ConditionFalse, Reason: "ReplicasUnavailable",
 		Message: "0 of 2 replicas available", ObservedGeneration: bar.Generation, LastTransitionTime: metav1.Now(),
 	}}}
 }
@@ -136,7 +136,7 @@ func floorStatus(bar *barv1alpha1.Bar) barv1alpha1.BarStatus {
 // createBars creates the Bars of a controller run, as fast as the floor does.
 func createBars(ctx context.Context, bars clientset.Interface, ns string, n, inflight int) error {
 	return parallel(ctx, n, inflight, func(ctx context.Context, i int) error {
-		_, err := bars.BarcontrollerV1alpha1().Bars(ns).Create(ctx, benchBar(ns, i), metav1.CreateOptions{})
+		_, err := bars.BarcontrollerV1().Bars(ns).Create(ctx, benchBar(ns, i), metav1.CreateOptions{})
 		return err
 	})
 }
@@ -175,7 +175,7 @@ func createUnrelated(ctx context.Context, kube kubernetes.Interface, n, inflight
 // clean removes a scenario's Bars and Deployments: there is no garbage
 // collector (no kube-controller-manager) to do it.
 func clean(ctx context.Context, kube kubernetes.Interface, bars clientset.Interface, ns string) error {
-	if err := bars.BarcontrollerV1alpha1().Bars(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+	if err := bars.BarcontrollerV1().Bars(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
 		return err
 	}
 	return kube.AppsV1().Deployments(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})

@@ -37,7 +37,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/barcontroller/bar-controller/internal/testcluster"
-	barv1alpha1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1alpha1"
+	barv1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1"
 	clientset "github.com/barcontroller/bar-controller/pkg/generated/clientset/versioned"
 	informers "github.com/barcontroller/bar-controller/pkg/generated/informers/externalversions"
 )
@@ -273,7 +273,7 @@ func watchConvergence(ctx context.Context, cfg *rest.Config, ns string) (*conver
 	kf := kubeinformers.NewSharedInformerFactoryWithOptions(kubernetes.NewForConfigOrDie(kubeCfg), 0, kubeinformers.WithNamespace(ns))
 	bf := informers.NewSharedInformerFactoryWithOptions(clientset.NewForConfigOrDie(cfg), 0, informers.WithNamespace(ns))
 	c := &convergence{
-		bars:        bf.Barcontroller().V1alpha1().Bars().Informer().GetIndexer(),
+		bars:        bf.Barcontroller().V1().Bars().Informer().GetIndexer(),
 		deployments: kf.Apps().V1().Deployments().Informer().GetIndexer(),
 		cancel:      cancel,
 	}
@@ -295,17 +295,17 @@ func watchConvergence(ctx context.Context, cfg *rest.Config, ns string) (*conver
 func (c *convergence) converged() int {
 	done := 0
 	for _, o := range c.bars.List() {
-		bar := o.(*barv1alpha1.Bar)
+		bar := o.(*barv1.Bar)
 		if bar.Status.ObservedGeneration != bar.Generation {
 			continue
 		}
-		o, ok, _ := c.deployments.GetByKey(bar.Namespace + "/" + bar.Spec.DeploymentName)
+		o, ok, _ := c.deployments.GetByKey(bar.Namespace + "/" + bar.Spec.Deployment.Name)
 		if !ok {
 			continue
 		}
 		dep := o.(*appsv1.Deployment)
 		if !metav1.IsControlledBy(dep, bar) || ptr.Deref(dep.Spec.Replicas, 1) != ptr.Deref(bar.Spec.Replicas, 1) ||
-			len(dep.Spec.Template.Spec.Containers) != 1 || dep.Spec.Template.Spec.Containers[0].Image != bar.Spec.Image {
+			len(dep.Spec.Template.Spec.Containers) != 1 || dep.Spec.Template.Spec.Containers[0].Image != bar.Spec.Template.Image {
 			continue
 		}
 		done++

@@ -75,7 +75,7 @@ func TestOpsInstallAndServiceAccountRBAC(t *testing.T) {
 	// Event patch: the same drift repaired twice is one Event, counted twice.
 	for range 2 {
 		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			d, err := env.kube.AppsV1().Deployments(ns).Get(ctx, bar.Spec.DeploymentName, metav1.GetOptions{})
+			d, err := env.kube.AppsV1().Deployments(ns).Get(ctx, bar.Spec.Deployment.Name, metav1.GetOptions{})
 			if err != nil {
 				return err
 			}
@@ -87,7 +87,7 @@ func TestOpsInstallAndServiceAccountRBAC(t *testing.T) {
 			t.Fatal(err)
 		}
 		eventually(t, "the drift to be repaired", func(ctx context.Context) (bool, error) {
-			d, err := env.kube.AppsV1().Deployments(ns).Get(ctx, bar.Spec.DeploymentName, metav1.GetOptions{})
+			d, err := env.kube.AppsV1().Deployments(ns).Get(ctx, bar.Spec.Deployment.Name, metav1.GetOptions{})
 			return err == nil && *d.Spec.Replicas == 1, err
 		})
 	}
@@ -95,12 +95,12 @@ func TestOpsInstallAndServiceAccountRBAC(t *testing.T) {
 
 	// Deployment delete: a rename replaces the Deployment.
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		b, err := env.bars.BarcontrollerV1alpha1().Bars(ns).Get(ctx, bar.Name, metav1.GetOptions{})
+		b, err := env.bars.BarcontrollerV1().Bars(ns).Get(ctx, bar.Name, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
-		b.Spec.DeploymentName = "web-renamed"
-		_, err = env.bars.BarcontrollerV1alpha1().Bars(ns).Update(ctx, b, metav1.UpdateOptions{})
+		b.Spec.Deployment.Name = "web-renamed"
+		_, err = env.bars.BarcontrollerV1().Bars(ns).Update(ctx, b, metav1.UpdateOptions{})
 		return err
 	})
 	if err != nil {
@@ -111,7 +111,7 @@ func TestOpsInstallAndServiceAccountRBAC(t *testing.T) {
 	// control plane runs no Deployment controller: the test plays it.
 	markAvailable(t, env, ns, "web-renamed")
 	eventually(t, "the old Deployment to be deleted", func(ctx context.Context) (bool, error) {
-		_, err := env.kube.AppsV1().Deployments(ns).Get(ctx, bar.Spec.DeploymentName, metav1.GetOptions{})
+		_, err := env.kube.AppsV1().Deployments(ns).Get(ctx, bar.Spec.Deployment.Name, metav1.GetOptions{})
 		return apierrors.IsNotFound(err), nil
 	})
 

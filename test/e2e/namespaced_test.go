@@ -108,10 +108,10 @@ func TestOpsNamespacedInstall(t *testing.T) {
 	waitEvent(t, env, bar, "DeploymentCreated", 1)
 
 	// Elsewhere: no Deployment, no status.
-	if _, err := env.kube.AppsV1().Deployments(elsewhere).Get(ctx, other.Spec.DeploymentName, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+	if _, err := env.kube.AppsV1().Deployments(elsewhere).Get(ctx, other.Spec.Deployment.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("Deployment for the Bar outside the namespace: %v, want NotFound", err)
 	}
-	o, err := env.bars.BarcontrollerV1alpha1().Bars(elsewhere).Get(ctx, other.Name, metav1.GetOptions{})
+	o, err := env.bars.BarcontrollerV1().Bars(elsewhere).Get(ctx, other.Name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,7 +28,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/barcontroller/bar-controller/internal/testcluster"
-	barv1alpha1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1alpha1"
+	barv1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1"
 )
 
 // 2,000 converged Bars are deleted in one request (kubectl delete bars
@@ -54,13 +54,13 @@ func TestTwoThousandBarsDeletedAtOnce(t *testing.T) {
 
 	// All but the blocked one, which must stay as it is.
 	deleteAt := time.Now()
-	if err := e.bars.BarcontrollerV1alpha1().Bars(e.ns).DeleteCollection(ctx, metav1.DeleteOptions{},
+	if err := e.bars.BarcontrollerV1().Bars(e.ns).DeleteCollection(ctx, metav1.DeleteOptions{},
 		metav1.ListOptions{FieldSelector: "metadata.name!=blocked"}); err != nil {
 		t.Fatal(err)
 	}
 	e.orphans, e.n = e.n, 0
 	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		bars, err := e.bars.BarcontrollerV1alpha1().Bars(e.ns).List(ctx, metav1.ListOptions{})
+		bars, err := e.bars.BarcontrollerV1().Bars(e.ns).List(ctx, metav1.ListOptions{})
 		return err == nil && len(bars.Items) == 1, err
 	})
 	if err != nil {
@@ -71,7 +71,7 @@ func TestTwoThousandBarsDeletedAtOnce(t *testing.T) {
 	// deletions in the watch and costs no write. Once the controller has
 	// enqueued it, its informer has handed over every deletion; once the
 	// queue has drained, their consequences, if any, have happened.
-	if _, err := e.bars.BarcontrollerV1alpha1().Bars(e.ns).Patch(ctx, "blocked", types.MergePatchType,
+	if _, err := e.bars.BarcontrollerV1().Bars(e.ns).Patch(ctx, "blocked", types.MergePatchType,
 		[]byte(`{"metadata":{"labels":{"fence":"1"}}}`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -85,8 +85,8 @@ func TestTwoThousandBarsDeletedAtOnce(t *testing.T) {
 	m := c.metrics(t)
 
 	// A Bar created now must still converge: the controller is not wedged.
-	if _, err := e.bars.BarcontrollerV1alpha1().Bars(e.ns).Create(ctx, &barv1alpha1.Bar{ObjectMeta: metav1.ObjectMeta{Name: "after-delete"},
-		Spec: barv1alpha1.BarSpec{DeploymentName: "after-delete", Replicas: ptr.To[int32](1)}}, metav1.CreateOptions{}); err != nil {
+	if _, err := e.bars.BarcontrollerV1().Bars(e.ns).Create(ctx, &barv1.Bar{ObjectMeta: metav1.ObjectMeta{Name: "after-delete"},
+		Spec: barv1.BarSpec{Deployment: barv1.BarDeployment{Name: "after-delete"}, Replicas: ptr.To[int32](1)}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	e.n = 1

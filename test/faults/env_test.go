@@ -42,7 +42,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/barcontroller/bar-controller/internal/testcluster"
-	barv1alpha1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1alpha1"
+	barv1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1"
 	clientset "github.com/barcontroller/bar-controller/pkg/generated/clientset/versioned"
 )
 
@@ -222,11 +222,11 @@ func (e *env) createBars(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := range next {
-				bar := &barv1alpha1.Bar{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("bar-%05d", i)},
-					Spec: barv1alpha1.BarSpec{DeploymentName: fmt.Sprintf("bar-%05d", i), Replicas: ptr.To[int32](1)}}
+				bar := &barv1.Bar{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("bar-%05d", i)},
+					Spec: barv1.BarSpec{Deployment: barv1.BarDeployment{Name: fmt.Sprintf("bar-%05d", i)}, Replicas: ptr.To[int32](1)}}
 				// Faults make requests fail: retry, as any client would.
 				err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-					_, err := e.bars.BarcontrollerV1alpha1().Bars(e.ns).Create(ctx, bar, metav1.CreateOptions{})
+					_, err := e.bars.BarcontrollerV1().Bars(e.ns).Create(ctx, bar, metav1.CreateOptions{})
 					return err == nil || strings.Contains(err.Error(), "already exists"), nil
 				})
 				if err != nil {
@@ -248,8 +248,8 @@ func (e *env) createBars(t *testing.T) {
 		t.Fatal(err)
 	default:
 	}
-	if _, err := e.bars.BarcontrollerV1alpha1().Bars(e.ns).Create(ctx, &barv1alpha1.Bar{ObjectMeta: metav1.ObjectMeta{Name: "blocked"},
-		Spec: barv1alpha1.BarSpec{DeploymentName: "foreign-0"}}, metav1.CreateOptions{}); err != nil {
+	if _, err := e.bars.BarcontrollerV1().Bars(e.ns).Create(ctx, &barv1.Bar{ObjectMeta: metav1.ObjectMeta{Name: "blocked"},
+		Spec: barv1.BarSpec{Deployment: barv1.BarDeployment{Name: "foreign-0"}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -261,7 +261,7 @@ func (e *env) waitConverged(t *testing.T, since time.Time) time.Duration {
 	t.Helper()
 	var last string
 	err := wait.PollUntilContextTimeout(t.Context(), 250*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
-		bars, err := e.bars.BarcontrollerV1alpha1().Bars(e.ns).List(ctx, metav1.ListOptions{})
+		bars, err := e.bars.BarcontrollerV1().Bars(e.ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			last = err.Error()
 			return false, nil // the fault may still be on
@@ -278,12 +278,12 @@ func (e *env) waitConverged(t *testing.T, since time.Time) time.Duration {
 		done := 0
 		for i := range bars.Items {
 			b := &bars.Items[i]
-			d := byName[b.Spec.DeploymentName]
+			d := byName[b.Spec.Deployment.Name]
 			if b.Status.ObservedGeneration != b.Generation || d == nil {
 				continue
 			}
 			if b.Name == "blocked" {
-				if c := findReady(b); c != nil && c.Reason == barv1alpha1.ReasonDeploymentNotOwned {
+				if c := findReady(b); c != nil && c.Reason == barv1.ReasonDeploymentNotOwned {
 					done++
 				}
 			} else if metav1.IsControlledBy(d, b) {
@@ -301,9 +301,9 @@ func (e *env) waitConverged(t *testing.T, since time.Time) time.Duration {
 	return took
 }
 
-func findReady(b *barv1alpha1.Bar) *metav1.Condition {
+func findReady(b *barv1.Bar) *metav1.Condition {
 	for i := range b.Status.Conditions {
-		if b.Status.Conditions[i].Type == barv1alpha1.ConditionReady {
+		if b.Status.Conditions[i].Type == barv1.ConditionReady {
 			return &b.Status.Conditions[i]
 		}
 	}

@@ -29,7 +29,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
-	barv1alpha1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1alpha1"
+	barv1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1"
 )
 
 // SIGTERM while a sync is in the middle of its writes (a slow webhook holds
@@ -62,8 +62,8 @@ func TestSIGTERMFinishesSyncWithItsEvent(t *testing.T) {
 
 	c := e.startController(t, "controller", insecureMetrics)
 	c.waitReady(t, time.Now())
-	bar, err := e.bars.BarcontrollerV1alpha1().Bars(e.ns).Create(t.Context(), &barv1alpha1.Bar{ObjectMeta: metav1.ObjectMeta{Name: "held"},
-		Spec: barv1alpha1.BarSpec{DeploymentName: deployment, Replicas: ptr.To[int32](1)}}, metav1.CreateOptions{})
+	bar, err := e.bars.BarcontrollerV1().Bars(e.ns).Create(t.Context(), &barv1.Bar{ObjectMeta: metav1.ObjectMeta{Name: "held"},
+		Spec: barv1.BarSpec{Deployment: barv1.BarDeployment{Name: deployment}, Replicas: ptr.To[int32](1)}}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +94,7 @@ func TestSIGTERMFinishesSyncWithItsEvent(t *testing.T) {
 	if _, err := e.kube.AppsV1().Deployments(e.ns).Get(ctx, deployment, metav1.GetOptions{}); err != nil {
 		t.Errorf("the sync in progress did not create its Deployment: %v", err)
 	}
-	if got, err := e.bars.BarcontrollerV1alpha1().Bars(e.ns).Get(ctx, bar.Name, metav1.GetOptions{}); err != nil {
+	if got, err := e.bars.BarcontrollerV1().Bars(e.ns).Get(ctx, bar.Name, metav1.GetOptions{}); err != nil {
 		t.Fatal(err)
 	} else if got.Status.ObservedGeneration != got.Generation {
 		t.Errorf("the sync in progress did not write the Bar's status: %+v", got.Status)

@@ -113,7 +113,7 @@ func (e *env) waitRestored(t *testing.T, since time.Time) time.Duration {
 	t.Helper()
 	var last string
 	err := wait.PollUntilContextTimeout(t.Context(), 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		bars, err := e.bars.BarcontrollerV1alpha1().Bars(e.ns).List(ctx, metav1.ListOptions{})
+		bars, err := e.bars.BarcontrollerV1().Bars(e.ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, err
 		}
@@ -130,17 +130,17 @@ func (e *env) waitRestored(t *testing.T, since time.Time) time.Duration {
 			if b.Name == "blocked" {
 				continue // it wants foreign-0, which stays foreign
 			}
-			i, ok := byName[b.Spec.DeploymentName]
+			i, ok := byName[b.Spec.Deployment.Name]
 			if !ok {
 				// A Deployment the writer's fight left missing is the
 				// worst case of not restored, not a pass.
 				wrong++
-				last = fmt.Sprintf("%d Deployments differ from their Bars, e.g. %s: missing", wrong, b.Spec.DeploymentName)
+				last = fmt.Sprintf("%d Deployments differ from their Bars, e.g. %s: missing", wrong, b.Spec.Deployment.Name)
 				continue
 			}
 			d := &deps.Items[i]
 			spec := d.Spec.Template.Spec
-			if ptr.Deref(d.Spec.Replicas, -1) != ptr.Deref(b.Spec.Replicas, 1) || len(spec.Containers) != 1 || spec.Containers[0].Image != b.Spec.Image {
+			if ptr.Deref(d.Spec.Replicas, -1) != ptr.Deref(b.Spec.Replicas, 1) || len(spec.Containers) != 1 || spec.Containers[0].Image != b.Spec.Template.Image {
 				wrong++
 				last = fmt.Sprintf("%d Deployments differ from their Bars, e.g. %s: replicas %d, containers %v", wrong, d.Name, ptr.Deref(d.Spec.Replicas, -1), spec.Containers)
 			}

@@ -33,7 +33,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/barcontroller/bar-controller/internal/testcluster"
-	barv1alpha1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1alpha1"
+	barv1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1"
 )
 
 // These tests run against a real control plane; see env_test.go.
@@ -46,7 +46,7 @@ const (
 	barLabel                = "barcontroller.dev/bar"
 	eventDeploymentCreated  = "DeploymentCreated"
 	eventDeploymentDeleted  = "DeploymentDeleted"
-	eventDeploymentNotOwned = barv1alpha1.ReasonDeploymentNotOwned
+	eventDeploymentNotOwned = barv1.ReasonDeploymentNotOwned
 )
 
 func TestAdmissionRejectsBadBars(t *testing.T) {
@@ -88,7 +88,7 @@ func TestAdmissionRejectsBadBars(t *testing.T) {
 			}
 			body += "}"
 			// Strict field validation is what kubectl uses by default.
-			err := env.bars.BarcontrollerV1alpha1().RESTClient().Post().Namespace(ns).Resource("bars").
+			err := env.bars.BarcontrollerV1().RESTClient().Post().Namespace(ns).Resource("bars").
 				Param("fieldValidation", "Strict").Body([]byte(body)).Do(context.Background()).Error()
 			if err == nil {
 				t.Fatalf("the API server accepted %s", body)
@@ -105,15 +105,15 @@ func TestAdmissionRejectsBadBars(t *testing.T) {
 	}
 
 	t.Run("defaults", func(t *testing.T) {
-		bar, err := env.bars.BarcontrollerV1alpha1().Bars(ns).Create(context.Background(), &barv1alpha1.Bar{
+		bar, err := env.bars.BarcontrollerV1().Bars(ns).Create(context.Background(), &barv1.Bar{
 			ObjectMeta: metav1.ObjectMeta{Name: "minimal"},
-			Spec:       barv1alpha1.BarSpec{DeploymentName: "minimal"},
+			Spec:       barv1.BarSpec{Deployment: barv1.BarDeployment{Name: "minimal"}},
 		}, metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if bar.Spec.Replicas == nil || *bar.Spec.Replicas != 1 || bar.Spec.Image != barv1alpha1.DefaultImage {
-			t.Errorf("defaults: replicas %v image %q, want 1 and %q", bar.Spec.Replicas, bar.Spec.Image, barv1alpha1.DefaultImage)
+		if bar.Spec.Replicas == nil || *bar.Spec.Replicas != 1 || bar.Spec.Template.Image != barv1.DefaultImage {
+			t.Errorf("defaults: replicas %v image %q, want 1 and %q", bar.Spec.Replicas, bar.Spec.Template.Image, barv1.DefaultImage)
 		}
 	})
 }
@@ -134,7 +134,7 @@ func TestCreateConvergesAndScales(t *testing.T) {
 		!ptr.Deref(ref.BlockOwnerDeletion, false) {
 		t.Errorf("controller reference %+v, want the Bar, blocking owner deletion", ref)
 	}
-	if *d.Spec.Replicas != 2 || d.Spec.Template.Spec.Containers[0].Image != barv1alpha1.DefaultImage ||
+	if *d.Spec.Replicas != 2 || d.Spec.Template.Spec.Containers[0].Image != barv1.DefaultImage ||
 		d.Spec.Selector.MatchLabels[barLabel] != "web" {
 		t.Errorf("Deployment spec: replicas %d, image %s, selector %v", *d.Spec.Replicas,
 			d.Spec.Template.Spec.Containers[0].Image, d.Spec.Selector.MatchLabels)
@@ -192,7 +192,7 @@ func TestDriftIsRepairedAndOthersFieldsSurvive(t *testing.T) {
 
 	edit(func(d *appsv1.Deployment) { d.Spec.Template.Spec.Containers[0].Image = "nginx:1.0.0" })
 	d := waitForDeployment(t, env, ns, "drift", "image restored", func(d *appsv1.Deployment) bool {
-		return d.Spec.Template.Spec.Containers[0].Image == barv1alpha1.DefaultImage
+		return d.Spec.Template.Spec.Containers[0].Image == barv1.DefaultImage
 	})
 	if d.Annotations["example.com/note"] != "added by hand" {
 		t.Errorf("an annotation the controller does not own was lost: %v", d.Annotations)
@@ -214,7 +214,7 @@ func TestDeploymentNameChangeReplacesDeployment(t *testing.T) {
 	waitForReady(t, env, ns, "rename", 1)
 
 	patch := []byte(`{"spec": {"deploymentName": "second"}}`)
-	if _, err := env.bars.BarcontrollerV1alpha1().Bars(ns).Patch(ctx, "rename", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+	if _, err := env.bars.BarcontrollerV1().Bars(ns).Patch(ctx, "rename", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the old Deployment to be deleted", func(ctx context.Context) (bool, error) {
@@ -251,12 +251,12 @@ func TestForeignDeploymentIsLeftAlone(t *testing.T) {
 	}
 	createBar(t, env, ns, "clash", "taken", 2)
 	eventually(t, "Ready=False DeploymentNotOwned", func(ctx context.Context) (bool, error) {
-		bar, err := env.bars.BarcontrollerV1alpha1().Bars(ns).Get(ctx, "clash", metav1.GetOptions{})
+		bar, err := env.bars.BarcontrollerV1().Bars(ns).Get(ctx, "clash", metav1.GetOptions{})
 		if err != nil {
 			return false, err
 		}
-		c := meta.FindStatusCondition(bar.Status.Conditions, barv1alpha1.ConditionReady)
-		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == barv1alpha1.ReasonDeploymentNotOwned, nil
+		c := meta.FindStatusCondition(bar.Status.Conditions, barv1.ConditionReady)
+		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == barv1.ReasonDeploymentNotOwned, nil
 	})
 	waitForEvents(t, env, ns, "clash", eventDeploymentNotOwned)
 
@@ -322,7 +322,7 @@ func TestNoOpResyncWritesNothing(t *testing.T) {
 	if n := env.syncs(t, ns, "quiet") - syncs; n < 2 {
 		t.Errorf("%d syncs of the Bar in %v, want resyncs to have run: the window proves nothing", n, 3*testResync)
 	}
-	bar2, err := env.bars.BarcontrollerV1alpha1().Bars(ns).Get(ctx, "quiet", metav1.GetOptions{})
+	bar2, err := env.bars.BarcontrollerV1().Bars(ns).Get(ctx, "quiet", metav1.GetOptions{})
 	if err != nil || bar2.ResourceVersion != bar.ResourceVersion {
 		t.Errorf("Bar resourceVersion moved from %s to %s (%v)", bar.ResourceVersion, bar2.ResourceVersion, err)
 	}
@@ -341,7 +341,7 @@ func TestGarbageCollectorRemovesDeploymentOfDeletedBar(t *testing.T) {
 	if !metav1.IsControlledBy(d, bar) {
 		t.Fatalf("Deployment owners %v do not include the Bar", d.OwnerReferences)
 	}
-	if err := env.bars.BarcontrollerV1alpha1().Bars(ns).Delete(ctx, "doomed", metav1.DeleteOptions{}); err != nil {
+	if err := env.bars.BarcontrollerV1().Bars(ns).Delete(ctx, "doomed", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the garbage collector to delete the Deployment", func(ctx context.Context) (bool, error) {
@@ -352,11 +352,11 @@ func TestGarbageCollectorRemovesDeploymentOfDeletedBar(t *testing.T) {
 
 // --- helpers ---
 
-func createBar(t *testing.T, env *integrationEnv, ns, name, deploymentName string, replicas int32) *barv1alpha1.Bar {
+func createBar(t *testing.T, env *integrationEnv, ns, name, deploymentName string, replicas int32) *barv1.Bar {
 	t.Helper()
-	bar, err := env.bars.BarcontrollerV1alpha1().Bars(ns).Create(context.Background(), &barv1alpha1.Bar{
+	bar, err := env.bars.BarcontrollerV1().Bars(ns).Create(context.Background(), &barv1.Bar{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec:       barv1alpha1.BarSpec{DeploymentName: deploymentName, Replicas: ptr.To(replicas)},
+		Spec:       barv1.BarSpec{Deployment: barv1.BarDeployment{Name: deploymentName}, Replicas: ptr.To(replicas)},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -366,15 +366,15 @@ func createBar(t *testing.T, env *integrationEnv, ns, name, deploymentName strin
 
 // waitForReady waits until the Bar's status is current and says Ready with
 // the given number of available replicas.
-func waitForReady(t *testing.T, env *integrationEnv, ns, name string, available int32) *barv1alpha1.Bar {
+func waitForReady(t *testing.T, env *integrationEnv, ns, name string, available int32) *barv1.Bar {
 	t.Helper()
-	var bar *barv1alpha1.Bar
+	var bar *barv1.Bar
 	eventually(t, fmt.Sprintf("Bar %s/%s Ready with %d available", ns, name, available), func(ctx context.Context) (bool, error) {
 		var err error
-		if bar, err = env.bars.BarcontrollerV1alpha1().Bars(ns).Get(ctx, name, metav1.GetOptions{}); err != nil {
+		if bar, err = env.bars.BarcontrollerV1().Bars(ns).Get(ctx, name, metav1.GetOptions{}); err != nil {
 			return false, err
 		}
-		c := meta.FindStatusCondition(bar.Status.Conditions, barv1alpha1.ConditionReady)
+		c := meta.FindStatusCondition(bar.Status.Conditions, barv1.ConditionReady)
 		return bar.Status.ObservedGeneration == bar.Generation && bar.Status.AvailableReplicas == available &&
 			c != nil && c.Status == metav1.ConditionTrue && c.ObservedGeneration == bar.Generation, nil
 	})

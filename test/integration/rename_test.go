@@ -30,7 +30,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	barv1alpha1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1alpha1"
+	barv1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1"
 )
 
 // A rename is make before break: the Deployment under the old name keeps
@@ -65,7 +65,7 @@ func TestRenameKeepsOldDeploymentUntilNewIsAvailable(t *testing.T) {
 	})
 
 	patch := []byte(`{"spec": {"deploymentName": "second"}}`)
-	if _, err := env.bars.BarcontrollerV1alpha1().Bars(ns).Patch(ctx, "mbb", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+	if _, err := env.bars.BarcontrollerV1().Bars(ns).Patch(ctx, "mbb", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	waitForDeployment(t, env, ns, "second", "the new Deployment", func(*appsv1.Deployment) bool { return true })
@@ -83,7 +83,7 @@ func TestRenameKeepsOldDeploymentUntilNewIsAvailable(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	waitForCondition(t, env, ns, "mbb", barv1alpha1.ReasonRenaming, "first", "second")
+	waitForCondition(t, env, ns, "mbb", barv1.ReasonRenaming, "first", "second")
 
 	// The new Deployment passes its progress deadline: the Bar says so,
 	// with a Warning, and still keeps the old one. The deadline is not a
@@ -92,8 +92,8 @@ func TestRenameKeepsOldDeploymentUntilNewIsAvailable(t *testing.T) {
 	if _, err := env.kube.AppsV1().Deployments(ns).Patch(ctx, "second", types.MergePatchType, deadlinePatch, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitForCondition(t, env, ns, "mbb", barv1alpha1.ReasonProgressDeadlineExceeded, "first", "second")
-	waitForEvents(t, env, ns, "mbb", barv1alpha1.ReasonProgressDeadlineExceeded)
+	waitForCondition(t, env, ns, "mbb", barv1.ReasonProgressDeadlineExceeded, "first", "second")
+	waitForEvents(t, env, ns, "mbb", barv1.ReasonProgressDeadlineExceeded)
 	if _, err := env.kube.AppsV1().Deployments(ns).Get(ctx, "first", metav1.GetOptions{}); err != nil {
 		t.Fatalf("the old Deployment went while the new one is stuck: %v", err)
 	}
@@ -123,11 +123,11 @@ func waitForCondition(t *testing.T, env *integrationEnv, ns, name, reason string
 	t.Helper()
 	var last *metav1.Condition
 	eventually(t, "Ready=False reason "+reason, func(ctx context.Context) (bool, error) {
-		bar, err := env.bars.BarcontrollerV1alpha1().Bars(ns).Get(ctx, name, metav1.GetOptions{})
+		bar, err := env.bars.BarcontrollerV1().Bars(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, err
 		}
-		last = meta.FindStatusCondition(bar.Status.Conditions, barv1alpha1.ConditionReady)
+		last = meta.FindStatusCondition(bar.Status.Conditions, barv1.ConditionReady)
 		return last != nil && last.Status == metav1.ConditionFalse && last.Reason == reason &&
 			last.ObservedGeneration == bar.Generation, nil
 	})

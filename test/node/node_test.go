@@ -36,7 +36,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/barcontroller/bar-controller/internal/testcluster"
-	barv1alpha1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1alpha1"
+	barv1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1"
 )
 
 // The tests run in this order and share the installation: each leaves two
@@ -209,16 +209,16 @@ func TestBarsConvergeWithRealPods(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bar, err := e.bars.BarcontrollerV1alpha1().Bars(ns.Name).Create(ctx, &barv1alpha1.Bar{
+	bar, err := e.bars.BarcontrollerV1().Bars(ns.Name).Create(ctx, &barv1.Bar{
 		ObjectMeta: metav1.ObjectMeta{Name: "app"},
-		Spec:       barv1alpha1.BarSpec{DeploymentName: "app", Replicas: ptr.To[int32](2), Image: appRef},
+		Spec:       barv1.BarSpec{Deployment: barv1.BarDeployment{Name: "app"}, Replicas: ptr.To[int32](2), Template: barv1.BarPodTemplate{Image: appRef}},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
 	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		bar, err = e.bars.BarcontrollerV1alpha1().Bars(ns.Name).Get(ctx, bar.Name, metav1.GetOptions{})
+		bar, err = e.bars.BarcontrollerV1().Bars(ns.Name).Get(ctx, bar.Name, metav1.GetOptions{})
 		return err == nil && bar.Status.ObservedGeneration == bar.Generation && bar.Status.AvailableReplicas == 2, err
 	})
 	took := time.Since(start)

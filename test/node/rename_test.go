@@ -32,7 +32,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
-	barv1alpha1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1alpha1"
+	barv1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1"
 )
 
 // A Bar renamed while a client uses it: the client, like a Service's
@@ -48,10 +48,10 @@ func TestRenameServesWithoutInterruption(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bars := e.bars.BarcontrollerV1alpha1().Bars(ns.Name)
-	if _, err := bars.Create(ctx, &barv1alpha1.Bar{
+	bars := e.bars.BarcontrollerV1().Bars(ns.Name)
+	if _, err := bars.Create(ctx, &barv1.Bar{
 		ObjectMeta: metav1.ObjectMeta{Name: "svc"},
-		Spec:       barv1alpha1.BarSpec{DeploymentName: "svc-a", Replicas: ptr.To[int32](2), Image: appRef},
+		Spec:       barv1.BarSpec{Deployment: barv1.BarDeployment{Name: "svc-a"}, Replicas: ptr.To[int32](2), Template: barv1.BarPodTemplate{Image: appRef}},
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -97,15 +97,15 @@ func TestRenameServesWithoutInterruption(t *testing.T) {
 // available replicas and Ready.
 func waitAvailable(t *testing.T, e *env, ns, name string, n int32) {
 	t.Helper()
-	var bar *barv1alpha1.Bar
+	var bar *barv1.Bar
 	err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		var err error
-		bar, err = e.bars.BarcontrollerV1alpha1().Bars(ns).Get(ctx, name, metav1.GetOptions{})
+		bar, err = e.bars.BarcontrollerV1().Bars(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, err
 		}
 		for _, c := range bar.Status.Conditions {
-			if c.Type == barv1alpha1.ConditionReady {
+			if c.Type == barv1.ConditionReady {
 				return c.Status == metav1.ConditionTrue && c.ObservedGeneration == bar.Generation &&
 					bar.Status.AvailableReplicas == n, nil
 			}

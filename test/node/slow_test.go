@@ -111,7 +111,7 @@ func explainSlow(t *testing.T, e *env, ns string, start time.Time) {
 				ev.InvolvedObject.Kind, ev.InvolvedObject.Name, ev.Source.Component+ev.ReportingController, max(ev.Count, 1), ev.Message)
 		}
 	}
-	if bars, err := e.bars.BarcontrollerV1alpha1().Bars(ns).List(ctx, metav1.ListOptions{}); err == nil {
+	if bars, err := e.bars.BarcontrollerV1().Bars(ns).List(ctx, metav1.ListOptions{}); err == nil {
 		for _, b := range bars.Items {
 			t.Logf("Bar %s: generation %d, status %+v", b.Name, b.Generation, b.Status)
 		}
