@@ -104,10 +104,10 @@ func TestNewDeploymentResources(t *testing.T) {
 func TestDeploymentDriftResources(t *testing.T) {
 	const res = "spec.template.spec.containers[app].resources"
 	tests := []struct {
-		name string
-		have *barv1.Bar // what the Deployment was applied from
-		want *barv1.Bar // what the Bar asks for now
-		edit func(*testing.T, *appsv1.Deployment)
+		name  string
+		have  *barv1.Bar // what the Deployment was applied from
+		want  *barv1.Bar // what the Bar asks for now
+		edit  func(*testing.T, *appsv1.Deployment)
 		drift []string
 	}{
 		{"as applied", withResources(newBar("test", "web", 2)), nil, nil, nil},
