@@ -58,31 +58,37 @@ func TestAdmissionRejectsBadBars(t *testing.T) {
 		wantInMsg  []string
 	}{
 		{"no spec", ``, []string{"spec: Required value"}},
-		{"no deploymentName", `"spec": {"replicas": 1}`, []string{"spec.deploymentName: Required value"}},
-		{"deploymentName not a DNS name", `"spec": {"deploymentName": "Web_1"}`,
-			[]string{"spec.deploymentName", "lowercase RFC 1123 subdomain"}},
-		{"deploymentName too long", `"spec": {"deploymentName": "` + longName + `"}`,
-			[]string{"spec.deploymentName", "242"}},
-		{"negative replicas", `"spec": {"deploymentName": "web", "replicas": -1}`,
+		{"no deployment", `"spec": {"replicas": 1}`, []string{"spec.deployment: Required value"}},
+		{"deployment name not a DNS name", `"spec": {"deployment": {"name": "Web_1"}}`,
+			[]string{"spec.deployment.name", "lowercase RFC 1123 subdomain"}},
+		{"deployment name too long", `"spec": {"deployment": {"name": "` + longName + `"}}`,
+			[]string{"spec.deployment.name", "242"}},
+		{"negative replicas", `"spec": {"deployment": {"name": "web"}, "replicas": -1}`,
 			[]string{"spec.replicas", "greater than or equal to 0"}},
-		{"too many replicas", `"spec": {"deploymentName": "web", "replicas": 1001}`,
+		{"too many replicas", `"spec": {"deployment": {"name": "web"}, "replicas": 1001}`,
 			[]string{"spec.replicas", "less than or equal to 1000"}},
-		{"replicas of the wrong type", `"spec": {"deploymentName": "web", "replicas": "three"}`,
+		{"replicas of the wrong type", `"spec": {"deployment": {"name": "web"}, "replicas": "three"}`,
 			[]string{"spec.replicas", "integer"}},
-		{"image with a space", `"spec": {"deploymentName": "web", "image": "nginx 1.28"}`,
-			[]string{"spec.image", "container image reference"}},
-		{"untagged image", `"spec": {"deploymentName": "web", "image": "nginx"}`,
-			[]string{"spec.image", "must name a tag or digest"}},
-		{"latest image", `"spec": {"deploymentName": "web", "image": "nginx:latest"}`,
-			[]string{"spec.image", "must not use the ':latest' tag"}},
-		{"empty image", `"spec": {"deploymentName": "web", "image": ""}`,
-			[]string{"spec.image", "at least 1 chars long"}},
-		{"unknown field", `"spec": {"deploymentName": "web", "replicaz": 2}`,
+		{"image with a space", `"spec": {"deployment": {"name": "web"}, "template": {"image": "nginx 1.28"}}`,
+			[]string{"spec.template.image", "container image reference"}},
+		{"untagged image", `"spec": {"deployment": {"name": "web"}, "template": {"image": "nginx"}}`,
+			[]string{"spec.template.image", "must name a tag or digest"}},
+		{"latest image", `"spec": {"deployment": {"name": "web"}, "template": {"image": "nginx:latest"}}`,
+			[]string{"spec.template.image", "must not use the ':latest' tag"}},
+		{"empty image", `"spec": {"deployment": {"name": "web"}, "template": {"image": ""}}`,
+			[]string{"spec.template.image", "at least 1 chars long"}},
+		{"resource claims", `"spec": {"deployment": {"name": "web"}, "template": {"resources": {"claims": [{"name": "gpu"}]}}}`,
+			[]string{"spec.template.resources", "claims are not supported"}},
+		{"a quantity that is none", `"spec": {"deployment": {"name": "web"}, "template": {"resources": {"limits": {"cpu": "lots"}}}}`,
+			[]string{"spec.template.resources.limits.cpu"}},
+		{"unknown field", `"spec": {"deployment": {"name": "web"}, "replicaz": 2}`,
 			[]string{`unknown field "spec.replicaz"`}},
+		{"a v1alpha1 field in v1", `"spec": {"deployment": {"name": "web"}, "deploymentName": "web"}`,
+			[]string{`unknown field "spec.deploymentName"`}},
 	}
 	for i, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			body := fmt.Sprintf(`{"apiVersion": "barcontroller.dev/v1alpha1", "kind": "Bar", "metadata": {"name": "bad-%d"}`, i)
+			body := fmt.Sprintf(`{"apiVersion": "barcontroller.dev/v1", "kind": "Bar", "metadata": {"name": "bad-%d"}`, i)
 			if tc.spec != "" {
 				body += ", " + tc.spec
 			}
@@ -130,7 +136,7 @@ func TestCreateConvergesAndScales(t *testing.T) {
 		t.Fatal(err)
 	}
 	ref := metav1.GetControllerOf(d)
-	if ref == nil || ref.UID != bar.UID || ref.Kind != "Bar" || ref.APIVersion != "barcontroller.dev/v1alpha1" ||
+	if ref == nil || ref.UID != bar.UID || ref.Kind != "Bar" || ref.APIVersion != "barcontroller.dev/v1" ||
 		!ptr.Deref(ref.BlockOwnerDeletion, false) {
 		t.Errorf("controller reference %+v, want the Bar, blocking owner deletion", ref)
 	}
@@ -213,7 +219,7 @@ func TestDeploymentNameChangeReplacesDeployment(t *testing.T) {
 	createBar(t, env, ns, "rename", "first", 1)
 	waitForReady(t, env, ns, "rename", 1)
 
-	patch := []byte(`{"spec": {"deploymentName": "second"}}`)
+	patch := []byte(`{"spec": {"deployment": {"name": "second"}}}`)
 	if _, err := env.bars.BarcontrollerV1().Bars(ns).Patch(ctx, "rename", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -64,7 +64,7 @@ func TestRenameKeepsOldDeploymentUntilNewIsAvailable(t *testing.T) {
 		return err == nil && used.Value() == 1, err
 	})
 
-	patch := []byte(`{"spec": {"deploymentName": "second"}}`)
+	patch := []byte(`{"spec": {"deployment": {"name": "second"}}}`)
 	if _, err := env.bars.BarcontrollerV1().Bars(ns).Patch(ctx, "mbb", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}

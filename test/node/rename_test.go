@@ -63,7 +63,7 @@ func TestRenameServesWithoutInterruption(t *testing.T) {
 	go func() { defer close(done); p.run(probeCtx) }()
 
 	start := time.Now()
-	if _, err := bars.Patch(ctx, "svc", types.MergePatchType, []byte(`{"spec":{"deploymentName":"svc-b"}}`), metav1.PatchOptions{}); err != nil {
+	if _, err := bars.Patch(ctx, "svc", types.MergePatchType, []byte(`{"spec":{"deployment":{"name":"svc-b"}}}`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	waitAvailable(t, e, ns.Name, "svc", 2)
