@@ -42,6 +42,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/barcontroller/bar-controller/internal/apiauth"
+	"github.com/barcontroller/bar-controller/internal/conversion"
 	"github.com/barcontroller/bar-controller/internal/leader"
 	"github.com/barcontroller/bar-controller/internal/logging"
 	"github.com/barcontroller/bar-controller/internal/metrics"
@@ -70,6 +71,7 @@ type options struct {
 	loggingFormat  string
 	trace          string
 	leaderElection leader.Options
+	webhook        conversion.Options
 	showVersion    bool
 }
 
@@ -112,6 +114,7 @@ func (o *options) addFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&le.LeaseDuration, "leader-elect-lease-duration", 15*time.Second, "How long standbys wait after the last renewal before taking over a Lease whose holder went silent.")
 	fs.DurationVar(&le.RenewDeadline, "leader-elect-renew-deadline", 10*time.Second, "How long the leader keeps retrying to renew before it gives up leading (and exits).")
 	fs.DurationVar(&le.RetryPeriod, "leader-elect-retry-period", 2*time.Second, "How often to try to acquire or renew the Lease.")
+	o.webhook.AddFlags(fs)
 	fs.BoolVar(&o.showVersion, "version", false, "Print the version and exit.")
 }
 
@@ -168,6 +171,19 @@ func run(ctx context.Context, opts options) error {
 		return fmt.Errorf("building Bar client: %w", err)
 	}
 
+	// The conversion webhook starts before the informers and stops last
+	// (deferred first). Before: the API server converts every Bar still
+	// stored in another version, on this replica's reads too, through a
+	// webhook that may be this one. Last: a terminating replica keeps
+	// answering while it leaves the Service's endpoints.
+	var webhook *conversion.Server
+	if opts.webhook.Enabled() {
+		if webhook, err = conversion.Start(ctx, opts.webhook, cfg); err != nil {
+			return err
+		}
+		defer webhook.Stop()
+	}
+
 	metaClient, err := metadata.NewForConfig(cfg)
 	if err != nil {
 		return fmt.Errorf("building metadata client: %w", err)
@@ -214,8 +230,13 @@ func run(ctx context.Context, opts options) error {
 		return err
 	}
 	defer stopMetrics()
+	ready := probes.CachesSynced(controller.HasSynced)
+	if webhook != nil {
+		// Not the caches: they wait for this webhook (probes.Handler).
+		ready = webhook.Ready
+	}
 	// Probes stay plain HTTP: the kubelet calls them, with no token.
-	stopHealth, err := serving.Serve(ctx, "health", opts.healthAddress, probes.Handler(controller.HasSynced, watchdog), nil)
+	stopHealth, err := serving.Serve(ctx, "health", opts.healthAddress, probes.Handler(ready, watchdog), nil)
 	if err != nil {
 		return err
 	}
@@ -288,7 +309,8 @@ func metricsAuthConfig(cfg *rest.Config, o apiauth.Options) *rest.Config {
 	return c
 }
 
-// validate refuses flag combinations that would do something unsafe.
+// validate refuses flag combinations that would do something unsafe, and
+// values that cannot work.
 func (o *options) validate() error {
 	// Without --metrics-secure the endpoint answers anyone who reaches the
 	// port; the profiles show memory contents (heap: what the caches
@@ -297,7 +319,9 @@ func (o *options) validate() error {
 	if o.profiling && !o.metricsSecure {
 		return fmt.Errorf("--profiling requires --metrics-secure: without it anyone who reaches %s could read the process's memory profiles", o.metricsAddress)
 	}
-	return nil
+	// The webhook's Secret and Service are in the controller's namespace,
+	// unless its flags say otherwise.
+	return o.webhook.Complete(leader.DefaultNamespace())
 }
 
 func restConfig(opts options) (*rest.Config, error) {

@@ -32,6 +32,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -40,6 +41,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/klog/v2"
 
+	"github.com/barcontroller/bar-controller/internal/metrics"
 	"github.com/barcontroller/bar-controller/pkg/apis/barcontroller"
 	"github.com/barcontroller/bar-controller/pkg/apis/barcontroller/install"
 )
@@ -67,32 +69,40 @@ func NewConverter() *Converter {
 
 // ServeHTTP answers a ConversionReview (apiextensions.k8s.io/v1).
 func (c *Converter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
 	logger := klog.FromContext(r.Context())
 	if r.Method != http.MethodPost {
+		metrics.RecordConversion(metrics.ConversionInvalid, 0, time.Since(start))
 		http.Error(w, "only POST", http.StatusMethodNotAllowed)
 		return
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxRequestBytes))
 	if err != nil {
+		metrics.RecordConversion(metrics.ConversionInvalid, 0, time.Since(start))
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
 	var review apiextensionsv1.ConversionReview
 	if err := json.Unmarshal(body, &review); err != nil || review.Request == nil {
+		metrics.RecordConversion(metrics.ConversionInvalid, 0, time.Since(start))
 		http.Error(w, fmt.Sprintf("not a ConversionReview: %v", err), http.StatusBadRequest)
 		return
 	}
 	review.Response = c.Convert(review.Request)
+	result := metrics.ConversionSuccess
 	if review.Response.Result.Status != metav1.StatusSuccess {
+		result = metrics.ConversionFailure
 		logger.Error(nil, "Conversion failed", "to", review.Request.DesiredAPIVersion, "reason", review.Response.Result.Message)
 	} else {
 		logger.V(4).Info("Converted", "objects", len(review.Request.Objects), "to", review.Request.DesiredAPIVersion)
 	}
+	objects := len(review.Request.Objects)
 	review.Request = nil // the API server reads only the response
 	w.Header().Set("Content-Type", "application/json")
 	if err := json.NewEncoder(w).Encode(&review); err != nil {
 		logger.Error(err, "Writing the ConversionReview response")
 	}
+	metrics.RecordConversion(result, objects, time.Since(start))
 }
 
 // Convert answers one request: every object converted, or a failure that

@@ -113,6 +113,7 @@ func NewRegistry() *prometheus.Registry {
 		leaderStatus,
 	)
 	reg.MustRegister(authCollectors()...)
+	reg.MustRegister(conversionCollectors()...)
 	workqueue.SetProvider(workqueueMetrics{})
 	clientmetrics.Register(clientmetrics.RegisterOpts{
 		RequestLatency:     latencyAdapter{requestLatency},

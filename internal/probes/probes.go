@@ -19,6 +19,7 @@ limitations under the License.
 package probes
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 
@@ -27,9 +28,15 @@ import (
 
 // Handler serves the probes. /healthz fails only when the process
 // is wedged: its leader election has stopped renewing a lease it holds.
-// /readyz fails until the informer caches have synced, on standbys too,
-// since they must be ready to take over.
-func Handler(synced func() bool, watchdog *leaderelection.HealthzAdaptor) http.Handler {
+// /readyz fails while ready returns an error: CachesSynced, or, with the
+// conversion webhook on, the webhook's readiness.
+//
+// Why not cache sync with the webhook on: the Service routes the API
+// server's ConversionReviews only to ready Pods, and the informers of a
+// new release cannot sync until the Bars still stored as v1alpha1 have
+// been converted, by a ready webhook. During an upgrade, with every old
+// Pod gone, readiness gated on the caches would wait for itself.
+func Handler(ready func() error, watchdog *leaderelection.HealthzAdaptor) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		if watchdog != nil {
@@ -41,11 +48,22 @@ func Handler(synced func() bool, watchdog *leaderelection.HealthzAdaptor) http.H
 		fmt.Fprintln(w, "ok")
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !synced() {
-			http.Error(w, "informer caches not synced", http.StatusServiceUnavailable)
+		if err := ready(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
 		fmt.Fprintln(w, "ok")
 	})
 	return mux
+}
+
+// CachesSynced is ready once the informer caches have synced, on standbys
+// too, since they must be ready to take over.
+func CachesSynced(synced func() bool) func() error {
+	return func() error {
+		if !synced() {
+			return errors.New("informer caches not synced")
+		}
+		return nil
+	}
 }

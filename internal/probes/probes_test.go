@@ -17,15 +17,17 @@ limitations under the License.
 package probes
 
 import (
+	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 )
 
 func TestHealthHandler(t *testing.T) {
 	var synced atomic.Bool
-	h := Handler(synced.Load, nil)
+	h := Handler(CachesSynced(synced.Load), nil)
 	get := func(path string) int {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
@@ -40,5 +42,30 @@ func TestHealthHandler(t *testing.T) {
 	synced.Store(true)
 	if code := get("/readyz"); code != http.StatusOK {
 		t.Errorf("/readyz after sync: %d, want 200", code)
+	}
+}
+
+// With the conversion webhook on, /readyz says what the webhook's
+// readiness says, whatever the caches: the reason is the webhook's.
+func TestReadyzWebhook(t *testing.T) {
+	var notReady atomic.Pointer[error]
+	err := errors.New("the caBundle of CustomResourceDefinition bars.barcontroller.dev does not trust the serving certificate yet")
+	notReady.Store(&err)
+	h := Handler(func() error {
+		if e := notReady.Load(); e != nil {
+			return *e
+		}
+		return nil
+	}, nil)
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+	if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "caBundle") {
+		t.Errorf("/readyz while the webhook is not ready: %d %q, want 503 with the webhook's reason", rec.Code, rec.Body)
+	}
+	notReady.Store(nil)
+	rec = httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+	if rec.Code != http.StatusOK {
+		t.Errorf("/readyz once the webhook is ready: %d, want 200", rec.Code)
 	}
 }

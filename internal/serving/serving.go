@@ -15,7 +15,8 @@ limitations under the License.
 */
 
 // Package serving runs the controller's HTTP endpoints (metrics over HTTPS
-// or HTTP, probes over HTTP) for as long as it runs.
+// or HTTP, probes over HTTP, the conversion webhook over HTTPS) for as long
+// as it runs.
 package serving
 
 import (
@@ -37,10 +38,18 @@ func Serve(ctx context.Context, name, addr string, h http.Handler, tlsConfig *tl
 	if addr == "0" || addr == "" {
 		return func() {}, nil
 	}
+	_, stop, err = Listen(ctx, name, addr, h, tlsConfig)
+	return stop, err
+}
+
+// Listen is Serve, always on, and also returns the address it listens on
+// (the port, when addr asked for any with ":0").
+func Listen(ctx context.Context, name, addr string, h http.Handler, tlsConfig *tls.Config) (net.Addr, func(), error) {
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("%s endpoint: %w", name, err)
+		return nil, nil, fmt.Errorf("%s endpoint: %w", name, err)
 	}
+	bound := l.Addr()
 	scheme := "http"
 	if tlsConfig != nil {
 		l, scheme = tls.NewListener(l, tlsConfig), "https"
@@ -51,13 +60,13 @@ func Serve(ctx context.Context, name, addr string, h http.Handler, tlsConfig *tl
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second,
 		BaseContext: func(net.Listener) context.Context { return base }}
 	logger := klog.FromContext(ctx)
-	logger.Info("Serving", "endpoint", name, "address", l.Addr().String(), "scheme", scheme)
+	logger.Info("Serving", "endpoint", name, "address", bound.String(), "scheme", scheme)
 	go func() {
 		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			logger.Error(err, "Server failed", "endpoint", name)
 		}
 	}()
-	return func() {
+	return bound, func() {
 		shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = srv.Shutdown(shutdownCtx)

@@ -49,6 +49,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -80,9 +81,11 @@ type Keeper struct {
 	Extensions apiextensionsclient.Interface
 	// Namespace and SecretName name the shared Secret; CRDName the CRD.
 	Namespace, SecretName, CRDName string
-	// DNSNames are the names the API server calls the webhook by: the
-	// Service's, service.namespace.svc first.
-	DNSNames []string
+	// Names are the names the API server calls the webhook by: the
+	// Service's DNS names, service.namespace.svc first, or IP addresses
+	// (127.0.0.1 when the controller runs on the API server's machine, as
+	// in make run). At least one.
+	Names []string
 	// Validity is how long a certificate is valid; RotateBefore how long
 	// before its end a new one takes over.
 	Validity, RotateBefore time.Duration
@@ -240,8 +243,9 @@ func (k *Keeper) plan(data map[string][]byte, crdBundle []byte, now time.Time) (
 	return out, changed, nil
 }
 
-// usable returns the CA of a pair that parses, matches, names every DNS
-// name and is valid at now; an error says why not.
+// usable returns the CA of a pair that parses, matches, is valid at now
+// and is valid for every name, as the API server's TLS client checks it;
+// an error says why not.
 func (k *Keeper) usable(certPEM, keyPEM []byte, now time.Time) (*x509.Certificate, error) {
 	if len(certPEM) == 0 || len(keyPEM) == 0 {
 		return nil, errors.New("empty")
@@ -260,18 +264,31 @@ func (k *Keeper) usable(certPEM, keyPEM []byte, now time.Time) (*x509.Certificat
 	if now.Before(leaf.NotBefore) || now.After(leaf.NotAfter) {
 		return nil, fmt.Errorf("valid from %v to %v", leaf.NotBefore, leaf.NotAfter)
 	}
-	for _, name := range k.DNSNames {
-		if !slices.Contains(leaf.DNSNames, name) {
-			return nil, fmt.Errorf("does not name %s", name)
+	for _, name := range k.Names {
+		// VerifyHostname matches an IP address against the IP SANs and
+		// anything else against the DNS SANs: what a TLS client does.
+		if err := leaf.VerifyHostname(name); err != nil {
+			return nil, err
 		}
 	}
 	return caOf(certPEM)
 }
 
 func (k *Keeper) generate() ([]byte, []byte, error) {
-	certPEM, keyPEM, err := cert.GenerateSelfSignedCertKeyWithOptions(cert.SelfSignedCertKeyOptions{
-		Host: k.DNSNames[0], AlternateDNS: k.DNSNames[1:], MaxAge: k.Validity,
-	})
+	if len(k.Names) == 0 {
+		return nil, nil, errors.New("no names for the webhook's certificate")
+	}
+	// The first name is the Host (util/cert puts it in the IP or DNS SANs,
+	// as it parses), the others go where they belong by the same rule.
+	opts := cert.SelfSignedCertKeyOptions{Host: k.Names[0], MaxAge: k.Validity}
+	for _, name := range k.Names[1:] {
+		if ip := net.ParseIP(name); ip != nil {
+			opts.AlternateIPs = append(opts.AlternateIPs, ip)
+		} else {
+			opts.AlternateDNS = append(opts.AlternateDNS, name)
+		}
+	}
+	certPEM, keyPEM, err := cert.GenerateSelfSignedCertKeyWithOptions(opts)
 	if err != nil {
 		return nil, nil, fmt.Errorf("making the webhook's certificate: %w", err)
 	}

@@ -18,7 +18,10 @@ package webhookcert
 
 import (
 	"context"
+	"crypto/tls"
 	"crypto/x509"
+	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -60,7 +63,7 @@ func newCluster() *cluster {
 // replica is one controller process's keeper, at a time the test sets.
 func (c *cluster) replica(now *time.Time) *Keeper {
 	return &Keeper{Kube: c.kube, Extensions: c.ext, Namespace: ns, SecretName: secretName, CRDName: crdName,
-		DNSNames: dnsNames, Validity: DefaultValidity, RotateBefore: DefaultRotateBefore,
+		Names: dnsNames, Validity: DefaultValidity, RotateBefore: DefaultRotateBefore,
 		now: func() time.Time { return *now }}
 }
 
@@ -232,10 +235,73 @@ func TestWrongNamesAreReplaced(t *testing.T) {
 	a := c.replica(&now)
 	reconcile(t, a)
 	first := servedCA(t, a)
-	a.DNSNames = []string{"other.bar-controller.svc"}
+	a.Names = []string{"other.bar-controller.svc"}
 	reconcile(t, a)
 	if servedCA(t, a).Equal(first) {
 		t.Error("a certificate for other names is still served")
+	}
+}
+
+// Names that are IP addresses (make run: the API server calls
+// https://127.0.0.1:9443/convert) are the certificate's IP SANs: a TLS
+// client that trusts the CRD's bundle accepts the served certificate for
+// each name, and the next pass finds the pair usable and writes nothing.
+func TestIPAddressNames(t *testing.T) {
+	c := newCluster()
+	now := time.Now()
+	a := c.replica(&now)
+	a.Names = []string{"127.0.0.1", "bar-controller-webhook.bar-controller.svc", "::1"}
+	reconcile(t, a)
+
+	leaf, err := cert.ParseCertsPEM(c.secret(t).Data[certKey])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(leaf[0].IPAddresses); got != "[127.0.0.1 ::1]" {
+		t.Errorf("IP SANs %s, want [127.0.0.1 ::1]", got)
+	}
+	if got := fmt.Sprint(leaf[0].DNSNames); got != "[bar-controller-webhook.bar-controller.svc]" {
+		t.Errorf("DNS SANs %s, want only the Service's name", got)
+	}
+
+	kubeWrites, extWrites := writes(c.kube.Actions()), writes(c.ext.Actions())
+	reconcile(t, a)
+	if n := writes(c.kube.Actions()) - kubeWrites + writes(c.ext.Actions()) - extWrites; n != 0 {
+		t.Errorf("%d writes on the second pass, want 0: the pair was not found usable for its own names", n)
+	}
+
+	// What the API server does: call the address over TLS, trusting only
+	// the CRD's caBundle.
+	pool := x509.NewCertPool()
+	for _, ca := range c.bundle(t) {
+		pool.AddCert(ca)
+	}
+	l, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{GetCertificate: a.GetCertificate, MinVersion: tls.VersionTLS12})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}), ReadHeaderTimeout: time.Second}
+	go func() { _ = srv.Serve(l) }()
+	defer srv.Close()
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
+	resp, err := client.Get("https://" + l.Addr().String() + "/convert")
+	if err != nil {
+		t.Fatalf("TLS client trusting the CRD's bundle: %v", err)
+	}
+	resp.Body.Close()
+
+	// A certificate for the Service's names alone is not usable for a
+	// local run's address: it is replaced.
+	b := c.replica(&now)
+	b.Names = dnsNames
+	c2 := newCluster()
+	b.Kube, b.Extensions = c2.kube, c2.ext
+	reconcile(t, b)
+	first := servedCA(t, b)
+	b.Names = []string{"127.0.0.1"}
+	reconcile(t, b)
+	if servedCA(t, b).Equal(first) {
+		t.Error("a certificate without the IP address is still served")
 	}
 }
 

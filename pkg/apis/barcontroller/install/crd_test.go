@@ -18,9 +18,12 @@ package install
 
 import (
 	"os"
+	"reflect"
+	"strings"
 	"testing"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
 	barv1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1"
@@ -55,12 +58,9 @@ func version(t *testing.T, crd *apiextensionsv1.CustomResourceDefinition, name s
 // apiVersion only. v1alpha1 and v1 put the same data in different places,
 // so serving a version other than the stored one would store or return
 // misplaced (and then pruned) fields: only a conversion webhook may let both
-// be served.
+// be served. Whatever the versions, the file must never serve two with None.
 func TestCRDServesOtherVersionsOnlyWithConversion(t *testing.T) {
 	crd := readCRD(t)
-	if crd.Spec.Conversion != nil && crd.Spec.Conversion.Strategy != apiextensionsv1.NoneConverter {
-		return
-	}
 	var served, stored []string
 	for _, v := range crd.Spec.Versions {
 		if v.Served {
@@ -70,8 +70,54 @@ func TestCRDServesOtherVersionsOnlyWithConversion(t *testing.T) {
 			stored = append(stored, v.Name)
 		}
 	}
-	if len(stored) != 1 || len(served) != 1 || served[0] != stored[0] {
-		t.Errorf("conversion strategy None with served versions %v and storage version %v: only the storage version may be served", served, stored)
+	if len(stored) != 1 {
+		t.Fatalf("storage versions %v, want exactly one", stored)
+	}
+	if crd.Spec.Conversion == nil || crd.Spec.Conversion.Strategy == apiextensionsv1.NoneConverter {
+		if len(served) != 1 || served[0] != stored[0] {
+			t.Errorf("conversion strategy None with served versions %v and storage version %v: only the storage version may be served", served, stored)
+		}
+	}
+}
+
+// The versions as this release ships them: both served, v1 stored (what
+// the controller reads), v1alpha1 deprecated with a warning that says where
+// its fields went in v1.
+func TestCRDVersions(t *testing.T) {
+	crd := readCRD(t)
+	v1, alpha := version(t, crd, barv1.SchemeGroupVersion.Version), version(t, crd, barv1alpha1.SchemeGroupVersion.Version)
+	if !v1.Served || !v1.Storage || v1.Deprecated {
+		t.Errorf("v1: served %v, storage %v, deprecated %v; want served, stored, not deprecated", v1.Served, v1.Storage, v1.Deprecated)
+	}
+	if !alpha.Served || alpha.Storage || !alpha.Deprecated {
+		t.Errorf("v1alpha1: served %v, storage %v, deprecated %v; want served, not stored, deprecated", alpha.Served, alpha.Storage, alpha.Deprecated)
+	}
+	if w := alpha.DeprecationWarning; w == nil || !strings.Contains(*w, "barcontroller.dev/v1 ") ||
+		!strings.Contains(*w, "spec.deployment.name") || !strings.Contains(*w, "spec.template.image") {
+		t.Errorf("v1alpha1 deprecation warning %v, want one naming barcontroller.dev/v1 and the moved fields", ptr.Deref(w, "<none>"))
+	}
+}
+
+// The CRD file names the webhook itself (hack/crd-conversion), the Service
+// of artifacts/install, on the path internal/conversion serves, in the only
+// ConversionReview version it answers. The caBundle is the controller's to
+// fill (internal/webhookcert): a file that set it would overwrite the
+// running controller's CA on every apply.
+func TestCRDConversionWebhook(t *testing.T) {
+	c := readCRD(t).Spec.Conversion
+	if c == nil || c.Strategy != apiextensionsv1.WebhookConverter || c.Webhook == nil || c.Webhook.ClientConfig == nil {
+		t.Fatalf("spec.conversion %+v, want strategy Webhook with a clientConfig", c)
+	}
+	if got := c.Webhook.ConversionReviewVersions; len(got) != 1 || got[0] != "v1" {
+		t.Errorf("conversionReviewVersions %v, want [v1]", got)
+	}
+	cc := c.Webhook.ClientConfig
+	want := apiextensionsv1.ServiceReference{Namespace: "bar-controller", Name: "bar-controller-webhook", Path: ptr.To("/convert"), Port: ptr.To[int32](443)}
+	if cc.Service == nil || !reflect.DeepEqual(*cc.Service, want) {
+		t.Errorf("clientConfig.service %+v, want %+v", cc.Service, want)
+	}
+	if cc.URL != nil || len(cc.CABundle) != 0 {
+		t.Errorf("clientConfig url %v, caBundle of %d bytes: want neither", ptr.Deref(cc.URL, ""), len(cc.CABundle))
 	}
 }
 

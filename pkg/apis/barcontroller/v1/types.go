@@ -29,16 +29,17 @@ import (
 // means the same thing in either version.
 const DefaultImage = "nginx:1.28.0"
 
-// v1 is served: false and v1alpha1 stays the storage version until the
-// conversion webhook exists: the CRD's conversion strategy is still None,
-// under which the API server would relabel a v1alpha1 object as v1 without
-// moving its fields (and prune them against the other schema). Serving v1
-// and storing it goes together with the webhook.
+// v1 is the storage version: the API server writes every Bar as v1, the
+// version the controller reads, so that a client of v1 needs no conversion
+// once every object has been written (or migrated) since the upgrade, and a
+// later release can stop serving v1alpha1. Reads and writes in v1alpha1, and
+// reads of objects still stored as v1alpha1, go through the conversion
+// webhook (internal/conversion), which the CRD names in spec.conversion.
 
 // +genclient
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
 // +kubebuilder:object:root=true
-// +kubebuilder:unservedversion
+// +kubebuilder:storageversion
 // +kubebuilder:resource:path=bars,singular=bar,scope=Namespaced,shortName=br
 // +kubebuilder:subresource:status
 // +kubebuilder:subresource:scale:specpath=.spec.replicas,statuspath=.status.availableReplicas

@@ -26,10 +26,14 @@ import (
 // back to this constant only for objects that never went through admission.
 const DefaultImage = "nginx:1.28.0"
 
+// v1alpha1 is served, deprecated: kubectl and client-go print the warning
+// below with every response in this version. It is no longer stored; the
+// conversion webhook translates to and from v1.
+
 // +genclient
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
 // +kubebuilder:object:root=true
-// +kubebuilder:storageversion
+// +kubebuilder:deprecatedversion:warning="barcontroller.dev/v1alpha1 Bar is deprecated; use barcontroller.dev/v1 (spec.deploymentName is spec.deployment.name, spec.image is spec.template.image)"
 // +kubebuilder:resource:path=bars,singular=bar,scope=Namespaced,shortName=br
 // +kubebuilder:subresource:status
 // +kubebuilder:subresource:scale:specpath=.spec.replicas,statuspath=.status.availableReplicas

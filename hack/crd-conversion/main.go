@@ -1,0 +1,114 @@
+/*
+Copyright The bar-controller Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Command crd-conversion adds the conversion webhook to the CRD that
+// controller-gen generated (hack/update-codegen.sh runs it), so that the CRD
+// file itself says how its versions convert: no file in the repository ever
+// serves two versions with the "None" strategy, which would relabel a
+// v1alpha1 object as v1 without moving its fields. controller-gen has no
+// marker for it (kubebuilder projects patch it in with kustomize).
+//
+// The stanza names the Service of artifacts/install and no caBundle: the
+// controller fills the caBundle at run time (internal/webhookcert) with a
+// merge patch, and a later `kubectl apply --server-side` of this file leaves
+// it alone, since it does not set the field.
+//
+// Usage: go run ./hack/crd-conversion artifacts/crd/barcontroller.dev_bars.yaml
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+
+	"github.com/barcontroller/bar-controller/internal/conversion"
+)
+
+func main() {
+	if len(os.Args) != 2 {
+		fmt.Fprintln(os.Stderr, "usage: crd-conversion CRD-FILE")
+		os.Exit(2)
+	}
+	if err := addConversion(os.Args[1]); err != nil {
+		fmt.Fprintf(os.Stderr, "crd-conversion: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func addConversion(path string) error {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var crd apiextensionsv1.CustomResourceDefinition
+	// Strict: a field these types do not know means controller-gen and
+	// the apiextensions module in go.mod disagree, and writing the file
+	// back would drop it.
+	if err := yaml.UnmarshalStrict(raw, &crd); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if crd.Name != conversion.CRDName {
+		return fmt.Errorf("%s holds CustomResourceDefinition %q, want %s", path, crd.Name, conversion.CRDName)
+	}
+	crd.Spec.Conversion = &apiextensionsv1.CustomResourceConversion{
+		Strategy: apiextensionsv1.WebhookConverter,
+		Webhook: &apiextensionsv1.WebhookConversion{
+			// The only version internal/conversion answers.
+			ConversionReviewVersions: []string{"v1"},
+			ClientConfig: &apiextensionsv1.WebhookClientConfig{
+				Service: &apiextensionsv1.ServiceReference{
+					Namespace: conversion.InstallNamespace,
+					Name:      conversion.ServiceName,
+					Path:      ptr.To(conversion.Path),
+					Port:      ptr.To[int32](443),
+				},
+			},
+		},
+	}
+	out, err := marshal(&crd)
+	if err != nil {
+		return err
+	}
+	// controller-gen starts its files with a document separator; keep it,
+	// so the file differs from its output by the stanza alone.
+	if bytes.HasPrefix(raw, []byte("---\n")) {
+		out = append([]byte("---\n"), out...)
+	}
+	return os.WriteFile(path, out, 0o644)
+}
+
+// marshal writes the CRD the way controller-gen does: without the status
+// and the null creationTimestamp that the Go types always carry.
+func marshal(crd *apiextensionsv1.CustomResourceDefinition) ([]byte, error) {
+	j, err := json.Marshal(crd)
+	if err != nil {
+		return nil, err
+	}
+	var obj map[string]any
+	if err := json.Unmarshal(j, &obj); err != nil {
+		return nil, err
+	}
+	delete(obj, "status")
+	if meta, ok := obj["metadata"].(map[string]any); ok {
+		delete(meta, "creationTimestamp")
+	}
+	return yaml.Marshal(obj)
+}

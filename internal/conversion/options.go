@@ -1,0 +1,103 @@
+/*
+Copyright The bar-controller Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package conversion
+
+import (
+	"flag"
+	"fmt"
+	"net"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// Names of the objects in the install manifests (artifacts/install) and the
+// CRD file (artifacts/crd) that the webhook depends on.
+const (
+	// CRDName is the CRD whose conversion the webhook serves and whose
+	// caBundle the controller keeps.
+	CRDName = "bars.barcontroller.dev"
+	// InstallNamespace is where artifacts/install puts the controller, so
+	// where the CRD file's clientConfig looks for the Service.
+	InstallNamespace = "bar-controller"
+	// ServiceName is the webhook's Service.
+	ServiceName = "bar-controller-webhook"
+	// SecretName is the Secret the replicas share the certificate in.
+	SecretName = "bar-controller-webhook"
+)
+
+// Options are the webhook's flags.
+type Options struct {
+	// BindAddress is where the webhook listens; "0" (the default) turns it
+	// off.
+	BindAddress string
+	// SecretNamespace and SecretName name the Secret with the certificate.
+	SecretNamespace, SecretName string
+	// CertNames are the names the API server calls the webhook by.
+	CertNames []string
+
+	secret, certNames string // the flags' values, until Complete
+}
+
+// AddFlags registers the webhook's flags.
+func (o *Options) AddFlags(fs *flag.FlagSet) {
+	// Off by default: a controller run out of cluster is not reachable by
+	// the API server, and tests and benchmarks need no conversion once
+	// every Bar is stored as v1. The shipped Deployment turns it on.
+	fs.StringVar(&o.BindAddress, "conversion-webhook-bind-address", "0", "Address of the Bar CRD's conversion webhook (HTTPS, path "+Path+"), served by every replica; 0 disables it. Without it, requests for Bars in a version other than the stored one fail.")
+	fs.StringVar(&o.secret, "conversion-webhook-secret", "", "namespace/name of the Secret the replicas keep the webhook's certificate in (shipped empty, filled by the controller). Default: <the Pod's namespace>/"+SecretName+".")
+	fs.StringVar(&o.certNames, "conversion-webhook-cert-names", "", "Comma-separated DNS names or IP addresses the API server calls the webhook by; the certificate is valid for each. Default: "+ServiceName+".<namespace of the Secret>.svc and .svc.cluster.local.")
+}
+
+// Enabled says whether the webhook is served.
+func (o *Options) Enabled() bool { return o.BindAddress != "0" && o.BindAddress != "" }
+
+// Complete fills in the defaults that depend on where the controller runs
+// (namespace: the Pod's) and refuses values the webhook could not work
+// with.
+func (o *Options) Complete(namespace string) error {
+	if o.Enabled() {
+		if _, _, err := net.SplitHostPort(o.BindAddress); err != nil {
+			return fmt.Errorf("--conversion-webhook-bind-address %q: %w", o.BindAddress, err)
+		}
+	}
+	o.SecretNamespace, o.SecretName = namespace, SecretName
+	if o.secret != "" {
+		ns, name, ok := strings.Cut(o.secret, "/")
+		if !ok || len(validation.IsDNS1123Label(ns)) > 0 || len(validation.IsDNS1123Subdomain(name)) > 0 {
+			return fmt.Errorf("--conversion-webhook-secret %q: want namespace/name", o.secret)
+		}
+		o.SecretNamespace, o.SecretName = ns, name
+	}
+	// The Service is installed beside the Secret, in the controller's
+	// namespace.
+	o.CertNames = []string{
+		ServiceName + "." + o.SecretNamespace + ".svc",
+		ServiceName + "." + o.SecretNamespace + ".svc.cluster.local",
+	}
+	if o.certNames != "" {
+		o.CertNames = nil
+		for _, n := range strings.Split(o.certNames, ",") {
+			n = strings.TrimSpace(n)
+			if net.ParseIP(n) == nil && len(validation.IsDNS1123Subdomain(n)) > 0 {
+				return fmt.Errorf("--conversion-webhook-cert-names: %q is neither a DNS name nor an IP address", n)
+			}
+			o.CertNames = append(o.CertNames, n)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,83 @@
+/*
+Copyright The bar-controller Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package conversion
+
+import (
+	"flag"
+	"strings"
+	"testing"
+)
+
+// The flags' defaults: off; on, the Secret and the Service's names are in
+// the Pod's namespace. A local run names an address and a Secret; values
+// the webhook could not work with stop the binary at start.
+func TestOptions(t *testing.T) {
+	for _, tc := range []struct {
+		args               []string
+		wantEnabled        bool
+		wantSecret         string
+		wantNames, wantErr string
+	}{
+		{args: nil, wantEnabled: false, wantSecret: "ctl-ns/bar-controller-webhook",
+			wantNames: "bar-controller-webhook.ctl-ns.svc,bar-controller-webhook.ctl-ns.svc.cluster.local"},
+		{args: []string{"--conversion-webhook-bind-address=:9443"}, wantEnabled: true, wantSecret: "ctl-ns/bar-controller-webhook",
+			wantNames: "bar-controller-webhook.ctl-ns.svc,bar-controller-webhook.ctl-ns.svc.cluster.local"},
+		// The Service's names follow the Secret's namespace.
+		{args: []string{"--conversion-webhook-bind-address=:9443", "--conversion-webhook-secret=other/certs"}, wantEnabled: true,
+			wantSecret: "other/certs", wantNames: "bar-controller-webhook.other.svc,bar-controller-webhook.other.svc.cluster.local"},
+		// make run.
+		{args: []string{"--conversion-webhook-bind-address=127.0.0.1:9443", "--conversion-webhook-secret=bar-controller/bar-controller-webhook",
+			"--conversion-webhook-cert-names=127.0.0.1, ::1 ,webhook.example.com"}, wantEnabled: true,
+			wantSecret: "bar-controller/bar-controller-webhook", wantNames: "127.0.0.1,::1,webhook.example.com"},
+		{args: []string{"--conversion-webhook-bind-address=0"}, wantEnabled: false, wantSecret: "ctl-ns/bar-controller-webhook",
+			wantNames: "bar-controller-webhook.ctl-ns.svc,bar-controller-webhook.ctl-ns.svc.cluster.local"},
+		{args: []string{"--conversion-webhook-bind-address=9443"}, wantErr: "--conversion-webhook-bind-address"},
+		{args: []string{"--conversion-webhook-secret=certs"}, wantErr: "want namespace/name"},
+		{args: []string{"--conversion-webhook-secret=/certs"}, wantErr: "want namespace/name"},
+		{args: []string{"--conversion-webhook-secret=ns/"}, wantErr: "want namespace/name"},
+		{args: []string{"--conversion-webhook-secret=Ns/certs"}, wantErr: "want namespace/name"},
+		{args: []string{"--conversion-webhook-cert-names=a.svc,,b.svc"}, wantErr: "neither a DNS name nor an IP address"},
+		{args: []string{"--conversion-webhook-cert-names=https://127.0.0.1"}, wantErr: "neither a DNS name nor an IP address"},
+	} {
+		var o Options
+		fs := flag.NewFlagSet("test", flag.ContinueOnError)
+		o.AddFlags(fs)
+		if err := fs.Parse(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		err := o.Complete("ctl-ns")
+		if tc.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("%v: %v, want an error with %q", tc.args, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%v: %v", tc.args, err)
+			continue
+		}
+		if o.Enabled() != tc.wantEnabled {
+			t.Errorf("%v: enabled %v, want %v", tc.args, o.Enabled(), tc.wantEnabled)
+		}
+		if got := o.SecretNamespace + "/" + o.SecretName; got != tc.wantSecret {
+			t.Errorf("%v: Secret %s, want %s", tc.args, got, tc.wantSecret)
+		}
+		if got := strings.Join(o.CertNames, ","); got != tc.wantNames {
+			t.Errorf("%v: certificate names %s, want %s", tc.args, got, tc.wantNames)
+		}
+	}
+}

@@ -1,0 +1,102 @@
+/*
+Copyright The bar-controller Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package conversion
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/barcontroller/bar-controller/internal/serving"
+	"github.com/barcontroller/bar-controller/internal/webhookcert"
+)
+
+// Server is the webhook as the controller runs it: the Converter over
+// HTTPS, with the certificate a webhookcert.Keeper keeps.
+type Server struct {
+	keeper *webhookcert.Keeper
+	addr   net.Addr
+	stop   func()
+}
+
+// Start runs the certificate keeper and serves the webhook on
+// o.BindAddress until Stop. It listens before it returns, so a busy port
+// fails start-up. Start it before anything that reads Bars (the
+// informers): with v1alpha1 objects still stored, the controller's own
+// reads need a webhook that answers, its own included.
+//
+// ctx carries the logger; its end stops neither the keeper nor the server.
+// A replica that was sent SIGTERM keeps converting until Stop, which the
+// controller calls last: the API server may route to it until it has left
+// the Service's endpoints.
+func Start(ctx context.Context, o Options, cfg *rest.Config) (*Server, error) {
+	// Clients of their own, so their requests are told apart in the API
+	// server's audit log.
+	c := rest.CopyConfig(cfg)
+	c.UserAgent += "/conversion-webhook"
+	kube, err := kubernetes.NewForConfig(c)
+	if err != nil {
+		return nil, fmt.Errorf("building the webhook certificate's Kubernetes client: %w", err)
+	}
+	ext, err := apiextensionsclient.NewForConfig(c)
+	if err != nil {
+		return nil, fmt.Errorf("building the webhook certificate's apiextensions client: %w", err)
+	}
+	return start(ctx, o, kube, ext)
+}
+
+func start(ctx context.Context, o Options, kube kubernetes.Interface, ext apiextensionsclient.Interface) (*Server, error) {
+	keeper := &webhookcert.Keeper{
+		Kube: kube, Extensions: ext,
+		Namespace: o.SecretNamespace, SecretName: o.SecretName, CRDName: CRDName,
+		Names:    o.CertNames,
+		Validity: webhookcert.DefaultValidity, RotateBefore: webhookcert.DefaultRotateBefore,
+	}
+	mux := http.NewServeMux()
+	mux.Handle(Path, NewConverter())
+	// Until the keeper has loaded a pair, handshakes fail (GetCertificate
+	// errs), and the API server retries with its next request: nothing is
+	// served under a certificate the CRD does not trust.
+	tlsConfig := &tls.Config{GetCertificate: keeper.GetCertificate, MinVersion: tls.VersionTLS12}
+	addr, stopServing, err := serving.Listen(ctx, "conversion-webhook", o.BindAddress, mux, tlsConfig)
+	if err != nil {
+		return nil, err
+	}
+	keeperCtx, stopKeeper := context.WithCancel(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	wg.Go(func() { keeper.Run(keeperCtx) })
+	return &Server{keeper: keeper, addr: addr, stop: func() {
+		stopServing()
+		stopKeeper()
+		wg.Wait()
+	}}, nil
+}
+
+// Ready says whether the API server can call this replica: it serves a
+// certificate that the CRD's caBundle trusts.
+func (s *Server) Ready() error { return s.keeper.Ready() }
+
+// Stop stops serving (requests in flight finish, for up to 5 s) and
+// keeping the certificate.
+func (s *Server) Stop() { s.stop() }
