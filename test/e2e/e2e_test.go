@@ -61,12 +61,19 @@ func TestOpsInstallAndServiceAccountRBAC(t *testing.T) {
 	checkPodTemplateAdmitted(t, env)
 
 	kubeconfig, saConfig := env.serviceAccountConfig(t)
+	// The conversion webhook on, as the Deployment runs it, on a local
+	// port the CRD points at.
 	c := startController(t, "rbac", kubeconfig,
-		slices.Concat(opsElectionFlags, []string{"--leader-elect-lease-namespace=" + installNamespace})...)
+		slices.Concat(opsElectionFlags, []string{"--leader-elect-lease-namespace=" + installNamespace},
+			localWebhook(t, env, installNamespace))...)
+	// Secret get, update; CRD get, patch: ready means the webhook's
+	// certificate is in the shipped Secret and trusted by the CRD.
+	c.waitProbe(t, "/readyz", 200)
 	// Lease create, get, update; Bar and Deployment list and watch;
 	// Deployment create and patch (apply); bars/status patch; Event create.
 	bar := createOpsBar(t, env, ns, "web")
 	waitOpsConverged(t, env, ns, bar.Name)
+	checkConvertedRead(t, env, ns, bar.Name, bar.Spec.Deployment.Name)
 	if holder := leaseHolder(t, env, installNamespace, "bar-controller"); !strings.HasPrefix(holder, "rbac_") {
 		t.Errorf("Lease %s/bar-controller held by %q, want the controller", installNamespace, holder)
 	}
@@ -75,7 +82,7 @@ func TestOpsInstallAndServiceAccountRBAC(t *testing.T) {
 	// Event patch: the same drift repaired twice is one Event, counted twice.
 	for range 2 {
 		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			d, err := env.kube.AppsV1().Deployments(ns).Get(ctx, bar.Spec.DeploymentName, metav1.GetOptions{})
+			d, err := env.kube.AppsV1().Deployments(ns).Get(ctx, bar.Spec.Deployment.Name, metav1.GetOptions{})
 			if err != nil {
 				return err
 			}
@@ -87,7 +94,7 @@ func TestOpsInstallAndServiceAccountRBAC(t *testing.T) {
 			t.Fatal(err)
 		}
 		eventually(t, "the drift to be repaired", func(ctx context.Context) (bool, error) {
-			d, err := env.kube.AppsV1().Deployments(ns).Get(ctx, bar.Spec.DeploymentName, metav1.GetOptions{})
+			d, err := env.kube.AppsV1().Deployments(ns).Get(ctx, bar.Spec.Deployment.Name, metav1.GetOptions{})
 			return err == nil && *d.Spec.Replicas == 1, err
 		})
 	}
@@ -95,12 +102,12 @@ func TestOpsInstallAndServiceAccountRBAC(t *testing.T) {
 
 	// Deployment delete: a rename replaces the Deployment.
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		b, err := env.bars.BarcontrollerV1alpha1().Bars(ns).Get(ctx, bar.Name, metav1.GetOptions{})
+		b, err := env.bars.BarcontrollerV1().Bars(ns).Get(ctx, bar.Name, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
-		b.Spec.DeploymentName = "web-renamed"
-		_, err = env.bars.BarcontrollerV1alpha1().Bars(ns).Update(ctx, b, metav1.UpdateOptions{})
+		b.Spec.Deployment.Name = "web-renamed"
+		_, err = env.bars.BarcontrollerV1().Bars(ns).Update(ctx, b, metav1.UpdateOptions{})
 		return err
 	})
 	if err != nil {
@@ -111,11 +118,12 @@ func TestOpsInstallAndServiceAccountRBAC(t *testing.T) {
 	// control plane runs no Deployment controller: the test plays it.
 	markAvailable(t, env, ns, "web-renamed")
 	eventually(t, "the old Deployment to be deleted", func(ctx context.Context) (bool, error) {
-		_, err := env.kube.AppsV1().Deployments(ns).Get(ctx, bar.Spec.DeploymentName, metav1.GetOptions{})
+		_, err := env.kube.AppsV1().Deployments(ns).Get(ctx, bar.Spec.Deployment.Name, metav1.GetOptions{})
 		return apierrors.IsNotFound(err), nil
 	})
 
 	checkForbidden(t, kubernetes.NewForConfigOrDie(saConfig), ns)
+	checkWebhookRBAC(t, env)
 
 	c.signal(t, syscall.SIGTERM)
 	if st := c.wait(t, 40*time.Second); st.ExitCode() != 0 {
@@ -176,6 +184,42 @@ func checkForbidden(t *testing.T, sa kubernetes.Interface, ns string) {
 	} {
 		if err := call(); !apierrors.IsForbidden(err) {
 			t.Errorf("%s: got %v, want Forbidden", what, err)
+		}
+	}
+}
+
+// checkWebhookRBAC asks the API server what the ServiceAccount may do for
+// the webhook's certificate: the one Secret and the one CRD, by name, and
+// no other Secret or CRD.
+func checkWebhookRBAC(t *testing.T, env *opsEnv) {
+	t.Helper()
+	sa := "system:serviceaccount:" + installNamespace + ":" + installSA
+	for _, q := range [][]string{
+		{"get", "secrets/bar-controller-webhook", "-n", installNamespace},
+		{"update", "secrets/bar-controller-webhook", "-n", installNamespace},
+		{"get", "customresourcedefinitions.apiextensions.k8s.io/bars.barcontroller.dev"},
+		{"patch", "customresourcedefinitions.apiextensions.k8s.io/bars.barcontroller.dev"},
+	} {
+		if !canI(t, env, sa, q...) {
+			t.Errorf("%s cannot %v, want yes", sa, q)
+		}
+	}
+	for _, q := range [][]string{
+		{"get", "secrets/other", "-n", installNamespace},
+		{"update", "secrets/other", "-n", installNamespace},
+		{"patch", "secrets/bar-controller-webhook", "-n", installNamespace},
+		{"delete", "secrets/bar-controller-webhook", "-n", installNamespace},
+		{"create", "secrets", "-n", installNamespace},
+		{"get", "secrets/bar-controller-webhook", "-n", "default"},
+		{"get", "customresourcedefinitions.apiextensions.k8s.io/other.example.com"},
+		{"patch", "customresourcedefinitions.apiextensions.k8s.io/other.example.com"},
+		{"update", "customresourcedefinitions.apiextensions.k8s.io/bars.barcontroller.dev"},
+		{"delete", "customresourcedefinitions.apiextensions.k8s.io/bars.barcontroller.dev"},
+		{"list", "customresourcedefinitions.apiextensions.k8s.io"},
+		{"create", "customresourcedefinitions.apiextensions.k8s.io"},
+	} {
+		if canI(t, env, sa, q...) {
+			t.Errorf("%s can %v, want no", sa, q)
 		}
 	}
 }

@@ -36,7 +36,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/barcontroller/bar-controller/internal/testcluster"
-	barv1alpha1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1alpha1"
+	barv1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1"
 	clientset "github.com/barcontroller/bar-controller/pkg/generated/clientset/versioned"
 )
 
@@ -205,11 +205,13 @@ func waitLeader(t *testing.T, env *opsEnv, ns, prefix string) {
 	}
 }
 
-func createOpsBar(t *testing.T, env *opsEnv, ns, name string) *barv1alpha1.Bar {
+// createOpsBar creates a Bar in v1, the stored version: no conversion, so
+// it needs no webhook.
+func createOpsBar(t *testing.T, env *opsEnv, ns, name string) *barv1.Bar {
 	t.Helper()
-	bar, err := env.bars.BarcontrollerV1alpha1().Bars(ns).Create(t.Context(), &barv1alpha1.Bar{
+	bar, err := env.bars.BarcontrollerV1().Bars(ns).Create(t.Context(), &barv1.Bar{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec:       barv1alpha1.BarSpec{DeploymentName: name + "-deploy", Replicas: ptr.To[int32](1)},
+		Spec:       barv1.BarSpec{Deployment: barv1.BarDeployment{Name: name + "-deploy"}, Replicas: ptr.To[int32](1)},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -224,11 +226,11 @@ func createOpsBar(t *testing.T, env *opsEnv, ns, name string) *barv1alpha1.Bar {
 func waitOpsConverged(t *testing.T, env *opsEnv, ns, name string) {
 	t.Helper()
 	eventually(t, fmt.Sprintf("Bar %s/%s to converge", ns, name), func(ctx context.Context) (bool, error) {
-		bar, err := env.bars.BarcontrollerV1alpha1().Bars(ns).Get(ctx, name, metav1.GetOptions{})
+		bar, err := env.bars.BarcontrollerV1().Bars(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, err
 		}
-		d, err := env.kube.AppsV1().Deployments(ns).Get(ctx, bar.Spec.DeploymentName, metav1.GetOptions{})
+		d, err := env.kube.AppsV1().Deployments(ns).Get(ctx, bar.Spec.Deployment.Name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return false, nil
 		}
@@ -241,7 +243,7 @@ func waitOpsConverged(t *testing.T, env *opsEnv, ns, name string) {
 
 // waitEvent waits for the Event with this reason about the Bar to have
 // been counted at least count times.
-func waitEvent(t *testing.T, env *opsEnv, bar *barv1alpha1.Bar, reason string, count int32) {
+func waitEvent(t *testing.T, env *opsEnv, bar *barv1.Bar, reason string, count int32) {
 	t.Helper()
 	eventually(t, fmt.Sprintf("%d %s event(s)", count, reason), func(ctx context.Context) (bool, error) {
 		n, err := testcluster.EventCount(ctx, env.kube, bar.Namespace, "Bar", bar.Name, reason)
