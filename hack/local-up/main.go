@@ -33,9 +33,11 @@ import (
 	"syscall"
 	"time"
 
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/barcontroller/bar-controller/internal/conversion"
 	"github.com/barcontroller/bar-controller/internal/testcluster"
 	clientset "github.com/barcontroller/bar-controller/pkg/generated/clientset/versioned"
 )
@@ -129,19 +131,27 @@ func run(ctx context.Context, binDir, controllerBin string, controllerArgs []str
 	// exposed; loopback ports picked here are neither. Metrics are plain
 	// HTTP here, so that curl needs no token (the exercises scrape them);
 	// ARGS=--metrics-secure=true turns the in-cluster default back on.
-	addrs, err := testcluster.FreeAddrs(2)
+	addrs, err := testcluster.FreeAddrs(3)
 	if err != nil {
 		return err
 	}
-	metrics, health := addrs[0], addrs[1]
+	metrics, health, webhook := addrs[0], addrs[1], addrs[2]
+	kube := kubernetes.NewForConfigOrDie(cluster.Config)
+	if err := localWebhook(ctx, kube, apiextensionsclient.NewForConfigOrDie(cluster.Config), webhook); err != nil {
+		return err
+	}
 	args := append([]string{"--kubeconfig=" + cluster.Kubeconfig, "--v=2",
-		"--metrics-bind-address=" + metrics, "--metrics-secure=false", "--health-probe-bind-address=" + health}, controllerArgs...)
+		"--metrics-bind-address=" + metrics, "--metrics-secure=false", "--health-probe-bind-address=" + health,
+		"--conversion-webhook-bind-address=" + webhook,
+		"--conversion-webhook-secret=" + conversion.InstallNamespace + "/" + conversion.SecretName,
+		"--conversion-webhook-cert-names=127.0.0.1"}, controllerArgs...)
 	ctrl := &controllerRun{binary: controllerBin, logDir: filepath.Join(dir, "logs"), args: args, readyz: "http://" + health + "/readyz"}
 	if err := ctrl.start(ctx); err != nil {
 		return err
 	}
 	defer ctrl.stop()
-	fmt.Printf("    ready (caches synced) after %s; metrics http://%s/metrics, probes http://%s/readyz\n", since(start), metrics, health)
+	fmt.Printf("    ready (the CRD trusts its conversion webhook's certificate) after %s; metrics http://%s/metrics, probes http://%s/readyz, conversion webhook https://%s%s\n",
+		since(start), metrics, health, webhook, conversion.Path)
 	toggle := readEnters()
 
 	out, err := cluster.Kubectl(ctx, "apply", "-f", example)
@@ -150,7 +160,6 @@ func run(ctx context.Context, binDir, controllerBin string, controllerArgs []str
 	}
 	fmt.Printf("==> kubectl apply -f %s: %s", example, out)
 
-	kube := kubernetes.NewForConfigOrDie(cluster.Config)
 	bars := clientset.NewForConfigOrDie(cluster.Config)
 	applied := time.Now()
 	deadline := time.After(timeout)
@@ -213,7 +222,7 @@ func run(ctx context.Context, binDir, controllerBin string, controllerArgs []str
 // (which the Deployment counts only once its Pods are Ready).
 func observe(ctx context.Context, kube kubernetes.Interface, bars clientset.Interface) (sig, summary string, converged bool, err error) {
 	const ns = "default"
-	barList, err := bars.BarcontrollerV1alpha1().Bars(ns).List(ctx, metav1.ListOptions{})
+	barList, err := bars.BarcontrollerV1().Bars(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return "", "", false, err
 	}
@@ -271,11 +280,12 @@ The cluster is yours to play with (from another terminal):
   export KUBECONFIG=%s
   %s get bars,deployments,pods
   %s scale bar/example --replicas=5
+  %s get bars.v1alpha1.barcontroller.dev -o yaml   # through the conversion webhook
 
 bar-controller's log: %s
 Press Enter to stop bar-controller, and Enter again to start a new one.
 Press Ctrl-C to stop everything. Changes are shown below as they happen.
-`, kubeconfig, kubectl, kubectl, controllerLog)
+`, kubeconfig, kubectl, kubectl, kubectl, controllerLog)
 }
 
 // lockDir takes an exclusive lock next to dir, so a second "make run" in

@@ -24,8 +24,10 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -57,9 +59,10 @@ func Listen(ctx context.Context, name, addr string, h http.Handler, tlsConfig *t
 	// Requests carry the logger, not the cancellation: a scrape in flight
 	// at shutdown ends through Shutdown below.
 	base := context.WithoutCancel(ctx)
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second,
-		BaseContext: func(net.Listener) context.Context { return base }}
 	logger := klog.FromContext(ctx)
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second,
+		BaseContext: func(net.Listener) context.Context { return base },
+		ErrorLog:    log.New(serverErrors{logger.WithValues("endpoint", name)}, "", 0)}
 	logger.Info("Serving", "endpoint", name, "address", bound.String(), "scheme", scheme)
 	go func() {
 		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -71,4 +74,15 @@ func Listen(ctx context.Context, name, addr string, h http.Handler, tlsConfig *t
 		defer cancel()
 		_ = srv.Shutdown(shutdownCtx)
 	}, nil
+}
+
+// serverErrors sends net/http's own messages, such as a failed TLS
+// handshake (a client that does not trust the certificate yet), to the
+// structured log with the endpoint's name, rather than as bare lines on
+// stderr.
+type serverErrors struct{ logger klog.Logger }
+
+func (w serverErrors) Write(p []byte) (int, error) {
+	w.logger.Info("HTTP server error", "err", strings.TrimSpace(string(p)))
+	return len(p), nil
 }

@@ -61,12 +61,19 @@ func TestOpsInstallAndServiceAccountRBAC(t *testing.T) {
 	checkPodTemplateAdmitted(t, env)
 
 	kubeconfig, saConfig := env.serviceAccountConfig(t)
+	// The conversion webhook on, as the Deployment runs it, on a local
+	// port the CRD points at.
 	c := startController(t, "rbac", kubeconfig,
-		slices.Concat(opsElectionFlags, []string{"--leader-elect-lease-namespace=" + installNamespace})...)
+		slices.Concat(opsElectionFlags, []string{"--leader-elect-lease-namespace=" + installNamespace},
+			localWebhook(t, env, installNamespace))...)
+	// Secret get, update; CRD get, patch: ready means the webhook's
+	// certificate is in the shipped Secret and trusted by the CRD.
+	c.waitProbe(t, "/readyz", 200)
 	// Lease create, get, update; Bar and Deployment list and watch;
 	// Deployment create and patch (apply); bars/status patch; Event create.
 	bar := createOpsBar(t, env, ns, "web")
 	waitOpsConverged(t, env, ns, bar.Name)
+	checkConvertedRead(t, env, ns, bar.Name, bar.Spec.Deployment.Name)
 	if holder := leaseHolder(t, env, installNamespace, "bar-controller"); !strings.HasPrefix(holder, "rbac_") {
 		t.Errorf("Lease %s/bar-controller held by %q, want the controller", installNamespace, holder)
 	}
@@ -116,6 +123,7 @@ func TestOpsInstallAndServiceAccountRBAC(t *testing.T) {
 	})
 
 	checkForbidden(t, kubernetes.NewForConfigOrDie(saConfig), ns)
+	checkWebhookRBAC(t, env)
 
 	c.signal(t, syscall.SIGTERM)
 	if st := c.wait(t, 40*time.Second); st.ExitCode() != 0 {
@@ -176,6 +184,42 @@ func checkForbidden(t *testing.T, sa kubernetes.Interface, ns string) {
 	} {
 		if err := call(); !apierrors.IsForbidden(err) {
 			t.Errorf("%s: got %v, want Forbidden", what, err)
+		}
+	}
+}
+
+// checkWebhookRBAC asks the API server what the ServiceAccount may do for
+// the webhook's certificate: the one Secret and the one CRD, by name, and
+// no other Secret or CRD.
+func checkWebhookRBAC(t *testing.T, env *opsEnv) {
+	t.Helper()
+	sa := "system:serviceaccount:" + installNamespace + ":" + installSA
+	for _, q := range [][]string{
+		{"get", "secrets/bar-controller-webhook", "-n", installNamespace},
+		{"update", "secrets/bar-controller-webhook", "-n", installNamespace},
+		{"get", "customresourcedefinitions.apiextensions.k8s.io/bars.barcontroller.dev"},
+		{"patch", "customresourcedefinitions.apiextensions.k8s.io/bars.barcontroller.dev"},
+	} {
+		if !canI(t, env, sa, q...) {
+			t.Errorf("%s cannot %v, want yes", sa, q)
+		}
+	}
+	for _, q := range [][]string{
+		{"get", "secrets/other", "-n", installNamespace},
+		{"update", "secrets/other", "-n", installNamespace},
+		{"patch", "secrets/bar-controller-webhook", "-n", installNamespace},
+		{"delete", "secrets/bar-controller-webhook", "-n", installNamespace},
+		{"create", "secrets", "-n", installNamespace},
+		{"get", "secrets/bar-controller-webhook", "-n", "default"},
+		{"get", "customresourcedefinitions.apiextensions.k8s.io/other.example.com"},
+		{"patch", "customresourcedefinitions.apiextensions.k8s.io/other.example.com"},
+		{"update", "customresourcedefinitions.apiextensions.k8s.io/bars.barcontroller.dev"},
+		{"delete", "customresourcedefinitions.apiextensions.k8s.io/bars.barcontroller.dev"},
+		{"list", "customresourcedefinitions.apiextensions.k8s.io"},
+		{"create", "customresourcedefinitions.apiextensions.k8s.io"},
+	} {
+		if canI(t, env, sa, q...) {
+			t.Errorf("%s can %v, want no", sa, q)
 		}
 	}
 }

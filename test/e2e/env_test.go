@@ -205,6 +205,8 @@ func waitLeader(t *testing.T, env *opsEnv, ns, prefix string) {
 	}
 }
 
+// createOpsBar creates a Bar in v1, the stored version: no conversion, so
+// it needs no webhook.
 func createOpsBar(t *testing.T, env *opsEnv, ns, name string) *barv1.Bar {
 	t.Helper()
 	bar, err := env.bars.BarcontrollerV1().Bars(ns).Create(t.Context(), &barv1.Bar{
