@@ -55,69 +55,6 @@ import (
 // version is stamped at build time: -ldflags "-X main.version=v1.2.3".
 var version = "dev"
 
-type options struct {
-	kubeconfig     string
-	master         string
-	namespace      string
-	workers        int
-	qps            float64
-	burst          int
-	resyncPeriod   time.Duration
-	metricsAddress string
-	metricsSecure  bool
-	metricsCertDir string
-	profiling      bool
-	healthAddress  string
-	loggingFormat  string
-	trace          string
-	leaderElection leader.Options
-	webhook        conversion.Options
-	showVersion    bool
-}
-
-func (o *options) addFlags(fs *flag.FlagSet) {
-	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Path to a kubeconfig. Without it: $KUBECONFIG, then ~/.kube/config, then the in-cluster service account.")
-	fs.StringVar(&o.master, "master", "", "The address of the Kubernetes API server. Overrides the server in the kubeconfig.")
-	fs.StringVar(&o.namespace, "namespace", "", "Only watch Bars and Deployments in this namespace (RBAC can then be a Role). Empty: all namespaces.")
-	// A worker spends nearly all of a sync waiting on the API server (an
-	// apply, then a status write), so the number of workers is the number
-	// of writes in flight. More converge a cold start faster on a healthy
-	// API server (make bench, 2,000 Bars on 2 cores: 2.2x the floor with 4,
-	// 1.75x with 16, 32 no better) but slower where API Priority and
-	// Fairness rejects the controller: each rejected write waits out its
-	// Retry-After, and 16 workers took 88 s and 15 timed-out syncs where 4
-	// took 25 s and none (test/faults, a one-seat priority level). The
-	// default is the safe one; docs/measurements.md has the numbers.
-	fs.IntVar(&o.workers, "workers", 4, "Number of Bars synced in parallel.")
-	// No client-side limit by default: API Priority and Fairness (GA since
-	// Kubernetes 1.29) queues and sheds load on the server, fairly between
-	// clients, which a client-side token bucket cannot see; SIG API
-	// Machinery advises relying on it, and controller-runtime turned its
-	// client-side limiter off by default for that reason
-	// (kubernetes-sigs/controller-runtime#3119). A 2,000-Bar cold start
-	// needs about 6,000 writes; any fixed QPS either throttles that or is
-	// no limit at all. Set a positive value to cap the controller anyway.
-	fs.Float64Var(&o.qps, "kube-api-qps", -1, "Sustained queries per second to the API server (client-side limit); negative: no client-side limit, the API server's priority and fairness applies.")
-	fs.IntVar(&o.burst, "kube-api-burst", 400, "Burst of queries above --kube-api-qps, when that is positive.")
-	fs.DurationVar(&o.resyncPeriod, "resync-period", 10*time.Minute, "How often every Bar is re-checked against the caches even without events; 0 disables. A re-check that finds nothing to do makes no API call.")
-	fs.StringVar(&o.metricsAddress, "metrics-bind-address", ":8443", "Address of the Prometheus /metrics endpoint; 0 disables it.")
-	fs.BoolVar(&o.metricsSecure, "metrics-secure", true, "Serve /metrics over HTTPS, only to callers whose bearer token the API server accepts (TokenReview) and who may get the non-resource URL /metrics (SubjectAccessReview). false: plain HTTP to anyone, for local runs.")
-	fs.StringVar(&o.metricsCertDir, "metrics-cert-dir", "", "Directory with tls.crt and tls.key for the metrics endpoint (a mounted kubernetes.io/tls Secret; renewed files are picked up). Empty: a self-signed certificate made at start.")
-	fs.BoolVar(&o.profiling, "profiling", false, "Serve Go's runtime profiles (heap, goroutine, CPU, ...) under /debug/pprof/ on the metrics endpoint, behind the same authentication and authorization as /metrics.")
-	fs.StringVar(&o.healthAddress, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz probes; 0 disables them.")
-	fs.StringVar(&o.loggingFormat, "logging-format", "text", "Log format: text (klog) or json (one object per line).")
-	fs.StringVar(&o.trace, "trace", "", "Log every step (event, enqueue, dequeue, sync decisions, API calls, status) for the Bars whose namespace/name matches this pattern, e.g. default/example or 'default/*'. Empty: off.")
-	le := &o.leaderElection
-	fs.BoolVar(&le.Enabled, "leader-elect", false, "Run as one of several replicas: only the holder of a Lease syncs, the others stand by with warm caches.")
-	fs.StringVar(&le.LeaseName, "leader-elect-lease-name", "bar-controller", "Name of the Lease used for leader election.")
-	fs.StringVar(&le.Namespace, "leader-elect-lease-namespace", "", "Namespace of the Lease. Default: the Pod's namespace ($POD_NAMESPACE or the service account's), else default.")
-	fs.DurationVar(&le.LeaseDuration, "leader-elect-lease-duration", 15*time.Second, "How long standbys wait after the last renewal before taking over a Lease whose holder went silent.")
-	fs.DurationVar(&le.RenewDeadline, "leader-elect-renew-deadline", 10*time.Second, "How long the leader keeps retrying to renew before it gives up leading (and exits).")
-	fs.DurationVar(&le.RetryPeriod, "leader-elect-retry-period", 2*time.Second, "How often to try to acquire or renew the Lease.")
-	o.webhook.AddFlags(fs)
-	fs.BoolVar(&o.showVersion, "version", false, "Print the version and exit.")
-}
-
 func main() {
 	klog.InitFlags(nil)
 	var opts options
@@ -182,6 +119,9 @@ func run(ctx context.Context, opts options) error {
 			return err
 		}
 		defer webhook.Stop()
+	}
+	if opts.webhook.Only {
+		return serveWebhookOnly(ctx, opts, webhook)
 	}
 
 	metaClient, err := metadata.NewForConfig(cfg)
@@ -274,6 +214,20 @@ func run(ctx context.Context, opts options) error {
 	return leader.Run(ctx, electionClient, opts.leaderElection, watchdog, work)
 }
 
+// serveWebhookOnly is a replica that only converts: its readiness is the
+// webhook's, and it runs until a signal. With nothing watched and nothing
+// synced, it has no leader election, no work and no liveness to lose.
+func serveWebhookOnly(ctx context.Context, opts options, webhook *conversion.Server) error {
+	stopHealth, err := serving.Serve(ctx, "health", opts.healthAddress, probes.Handler(webhook.Ready, nil), nil)
+	if err != nil {
+		return err
+	}
+	defer stopHealth()
+	klog.FromContext(ctx).Info("Serving only the conversion webhook", "address", opts.webhook.BindAddress)
+	<-ctx.Done()
+	return nil
+}
+
 // serveMetrics serves h on the metrics address, by default over HTTPS and
 // only to callers the API server authorizes (internal/apiauth).
 func serveMetrics(ctx context.Context, opts options, cfg *rest.Config, h http.Handler) (func(), error) {
@@ -307,21 +261,6 @@ func metricsAuthConfig(cfg *rest.Config, o apiauth.Options) *rest.Config {
 	c.RateLimiter = nil
 	c.Timeout = o.Timeout
 	return c
-}
-
-// validate refuses flag combinations that would do something unsafe, and
-// values that cannot work.
-func (o *options) validate() error {
-	// Without --metrics-secure the endpoint answers anyone who reaches the
-	// port; the profiles show memory contents (heap: what the caches
-	// hold) and a CPU profile costs the process 30 s of sampling on
-	// request.
-	if o.profiling && !o.metricsSecure {
-		return fmt.Errorf("--profiling requires --metrics-secure: without it anyone who reaches %s could read the process's memory profiles", o.metricsAddress)
-	}
-	// The webhook's Secret and Service are in the controller's namespace,
-	// unless its flags say otherwise.
-	return o.webhook.Complete(leader.DefaultNamespace())
 }
 
 func restConfig(opts options) (*rest.Config, error) {

@@ -49,6 +49,10 @@ type Options struct {
 	SecretNamespace, SecretName string
 	// CertNames are the names the API server calls the webhook by.
 	CertNames []string
+	// Only serves the webhook and nothing else: no informers, no leader
+	// election, no syncs. For rolling the controller back to a release
+	// without a webhook while the CRD stores v1 (artifacts/conversion-only).
+	Only bool
 
 	secret, certNames string // the flags' values, until Complete
 }
@@ -60,6 +64,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	// every Bar is stored as v1. The shipped Deployment turns it on.
 	fs.StringVar(&o.BindAddress, "conversion-webhook-bind-address", "0", "Address of the Bar CRD's conversion webhook (HTTPS, path "+Path+"), served by every replica; 0 disables it. Without it, requests for Bars in a version other than the stored one fail.")
 	fs.StringVar(&o.secret, "conversion-webhook-secret", "", "namespace/name of the Secret the replicas keep the webhook's certificate in (shipped empty, filled by the controller). Default: <the Pod's namespace>/"+SecretName+".")
+	fs.BoolVar(&o.Only, "conversion-webhook-only", false, "Serve only the conversion webhook and the probes: watch nothing, sync nothing. For keeping conversion served while a release without a webhook runs the controller (a rollback; artifacts/conversion-only).")
 	fs.StringVar(&o.certNames, "conversion-webhook-cert-names", "", "Comma-separated DNS names or IP addresses the API server calls the webhook by; the certificate is valid for each. Default: "+ServiceName+".<namespace of the Secret>.svc and .svc.cluster.local.")
 }
 
@@ -70,6 +75,9 @@ func (o *Options) Enabled() bool { return o.BindAddress != "0" && o.BindAddress 
 // (namespace: the Pod's) and refuses values the webhook could not work
 // with.
 func (o *Options) Complete(namespace string) error {
+	if o.Only && !o.Enabled() {
+		return fmt.Errorf("--conversion-webhook-only needs --conversion-webhook-bind-address")
+	}
 	if o.Enabled() {
 		if _, _, err := net.SplitHostPort(o.BindAddress); err != nil {
 			return fmt.Errorf("--conversion-webhook-bind-address %q: %w", o.BindAddress, err)

@@ -46,6 +46,10 @@ func TestOptions(t *testing.T) {
 		{args: []string{"--conversion-webhook-bind-address=0"}, wantEnabled: false, wantSecret: "ctl-ns/bar-controller-webhook",
 			wantNames: "bar-controller-webhook.ctl-ns.svc,bar-controller-webhook.ctl-ns.svc.cluster.local"},
 		{args: []string{"--conversion-webhook-bind-address=9443"}, wantErr: "--conversion-webhook-bind-address"},
+		// A rollback's converter (artifacts/conversion-only).
+		{args: []string{"--conversion-webhook-only", "--conversion-webhook-bind-address=:9443"}, wantEnabled: true, wantSecret: "ctl-ns/bar-controller-webhook",
+			wantNames: "bar-controller-webhook.ctl-ns.svc,bar-controller-webhook.ctl-ns.svc.cluster.local"},
+		{args: []string{"--conversion-webhook-only"}, wantErr: "needs --conversion-webhook-bind-address"},
 		{args: []string{"--conversion-webhook-secret=certs"}, wantErr: "want namespace/name"},
 		{args: []string{"--conversion-webhook-secret=/certs"}, wantErr: "want namespace/name"},
 		{args: []string{"--conversion-webhook-secret=ns/"}, wantErr: "want namespace/name"},
