@@ -188,15 +188,21 @@ func (k *Keeper) Reconcile(ctx context.Context) error {
 	}
 	k.current.Store(&pair)
 
-	bundle := secret.Data[bundleKey]
-	if !bytes.Equal(crdBundle, bundle) {
+	// Trusted by the bundle the CRD had when this pass read it, not by the
+	// one it may patch in now: the API server picks a CRD's new caBundle
+	// up a moment after the write (it rebuilds the CRD's handler), and
+	// until then fails the TLS handshake. A first certificate is thus
+	// trusted from the next pass on, a few seconds later. A rotation
+	// never waits: the served pair's CA was in the bundle before the pass
+	// that added the next one, and the next pair is served only once a
+	// pass has read its CA in the CRD.
+	ca, _ := caOf(secret.Data[certKey])
+	k.trusted.Store(ca != nil && trusts(crdBundle, ca))
+	if bundle := secret.Data[bundleKey]; !bytes.Equal(crdBundle, bundle) {
 		if err := k.patchBundle(ctx, bundle); err != nil {
 			return err
 		}
-		crdBundle = bundle
 	}
-	ca, _ := caOf(secret.Data[certKey])
-	k.trusted.Store(ca != nil && trusts(crdBundle, ca))
 	return nil
 }
 

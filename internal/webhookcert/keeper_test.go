@@ -130,8 +130,14 @@ func TestFirstStartAndSecondReplica(t *testing.T) {
 		t.Fatal("ready before any certificate")
 	}
 	reconcile(t, a)
+	// The API server takes a moment to use a new caBundle: ready only once
+	// a pass has read it back from the CRD.
+	if a.Ready() == nil {
+		t.Fatal("ready in the pass that wrote the CRD's caBundle")
+	}
+	reconcile(t, a)
 	if err := a.Ready(); err != nil {
-		t.Fatalf("not ready after a reconcile: %v", err)
+		t.Fatalf("not ready after the pass that read the caBundle back: %v", err)
 	}
 	s := c.secret(t)
 	if len(s.Data[certKey]) == 0 || len(s.Data[keyKey]) == 0 || len(s.Data[bundleKey]) == 0 {
@@ -204,6 +210,10 @@ func TestRotationKeepsTrust(t *testing.T) {
 	}
 	if n := len(c.bundle(t)); n != 2 {
 		t.Fatalf("bundle of %d CAs after step one, want old and next", n)
+	}
+	// Every replica would flip at once: the Service would have no endpoint.
+	if err := a.Ready(); err != nil {
+		t.Errorf("not ready after step one: %v", err)
 	}
 
 	reconcile(t, a)

@@ -96,3 +96,42 @@ func checkConvertedRead(t *testing.T, env *opsEnv, ns, name, deploymentName stri
 		t.Errorf("warnings %q, want the CRD's deprecation warning", w.list)
 	}
 }
+
+// TestOpsNoWebhookV1Works: with no webhook answering (every replica down,
+// or a controller run out of cluster without one), a Bar stored as v1 is
+// created, read, listed and written in v1 as ever, since nothing needs
+// converting; only requests in v1alpha1 fail, with the API server's error
+// naming the webhook, and nothing stored changes.
+func TestOpsNoWebhookV1Works(t *testing.T) {
+	env, ns := setupOps(t)
+	ctx := t.Context()
+	env.install(t) // the CRD names the Service, which has no endpoint here
+	bar := createOpsBar(t, env, ns, "alone")
+	v1 := env.bars.BarcontrollerV1().Bars(ns)
+	if _, err := v1.Get(ctx, bar.Name, metav1.GetOptions{}); err != nil {
+		t.Errorf("v1 get: %v", err)
+	}
+	if l, err := v1.List(ctx, metav1.ListOptions{}); err != nil || len(l.Items) != 1 {
+		t.Errorf("v1 list: %v, %v", l, err)
+	}
+	bar.Spec.Replicas = new(int32(3))
+	updated, err := v1.Update(ctx, bar, metav1.UpdateOptions{})
+	if err != nil {
+		t.Errorf("v1 update: %v", err)
+	}
+
+	_, err = env.bars.BarcontrollerV1alpha1().Bars(ns).Get(ctx, bar.Name, metav1.GetOptions{})
+	if err == nil || !strings.Contains(err.Error(), "conversion webhook for barcontroller.dev/v1, Kind=Bar failed") {
+		t.Errorf("v1alpha1 get without a webhook: %v, want the API server's conversion webhook error", err)
+	}
+	t.Logf("a v1alpha1 get without a webhook: %v", err)
+	if _, err := env.bars.BarcontrollerV1alpha1().Bars(ns).List(ctx, metav1.ListOptions{}); err == nil {
+		t.Error("v1alpha1 list without a webhook succeeded")
+	}
+	if updated != nil {
+		got, err := v1.Get(ctx, bar.Name, metav1.GetOptions{})
+		if err != nil || got.ResourceVersion != updated.ResourceVersion {
+			t.Errorf("after the failed v1alpha1 requests: %v, %v; want the Bar as last written", got, err)
+		}
+	}
+}
