@@ -29,6 +29,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -121,7 +122,7 @@ func run(ctx context.Context, opts options) error {
 		defer webhook.Stop()
 	}
 	if opts.webhook.Only {
-		return serveWebhookOnly(ctx, opts, webhook)
+		return serveWebhookOnly(ctx, opts, cfg, registry, webhook)
 	}
 
 	metaClient, err := metadata.NewForConfig(cfg)
@@ -215,9 +216,15 @@ func run(ctx context.Context, opts options) error {
 }
 
 // serveWebhookOnly is a replica that only converts: its readiness is the
-// webhook's, and it runs until a signal. With nothing watched and nothing
-// synced, it has no leader election, no work and no liveness to lose.
-func serveWebhookOnly(ctx context.Context, opts options, webhook *conversion.Server) error {
+// webhook's, its metrics are the webhook's and the process's, and it runs
+// until a signal. With nothing watched and nothing synced, it has no
+// leader election, no work and no liveness to lose.
+func serveWebhookOnly(ctx context.Context, opts options, cfg *rest.Config, registry *prometheus.Registry, webhook *conversion.Server) error {
+	stopMetrics, err := serveMetrics(ctx, opts, cfg, metrics.Handler(registry, opts.profiling))
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
 	stopHealth, err := serving.Serve(ctx, "health", opts.healthAddress, probes.Handler(webhook.Ready, nil), nil)
 	if err != nil {
 		return err
