@@ -51,9 +51,28 @@ import (
 // first, see APIServerFlags) reaches it by this name for kubectl logs.
 const Name = "localhost"
 
-// APIServerFlags are what kube-apiserver needs for a node: reaching the
-// kubelet by its hostname rather than an address the node may report.
-var APIServerFlags = []string{"--kubelet-preferred-address-types=Hostname,InternalIP"}
+// APIServerFlags are what kube-apiserver needs for a node:
+//
+//   - reaching the kubelet by its hostname rather than an address the node
+//     may report;
+//   - calling webhooks named by a Service (the Bar CRD's conversion webhook)
+//     at a Ready Pod of the Service rather than at its ClusterIP. It stands
+//     in for kube-proxy, which this node does not run, for the API server's
+//     own webhook calls. buildServiceResolver
+//     (k8s.io/kubernetes/cmd/kube-apiserver/app/server.go) picks
+//     NewClusterIPServiceResolver by default, whose address no kube-proxy
+//     translates here (without the flag, the API server's connections to
+//     it reached an unrelated HTTPS proxy of the machine, whose certificate
+//     it refused); with the flag, NewEndpointServiceResolver, which takes
+//     a random Ready endpoint from the Service's EndpointSlices (written by
+//     kube-controller-manager) for each request: a Pod IP on the bridge,
+//     which this machine reaches. The TLS server name stays
+//     <service>.<namespace>.svc (ClientManager.hookClientConfig in
+//     k8s.io/apiserver/pkg/util/webhook/client.go), as in any cluster.
+var APIServerFlags = []string{
+	"--kubelet-preferred-address-types=Hostname,InternalIP",
+	"--enable-aggregator-routing=true",
+}
 
 // Options configure a node.
 type Options struct {
