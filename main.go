@@ -93,6 +93,17 @@ func run(ctx context.Context, opts options) error {
 	if err != nil {
 		return err
 	}
+	// The Lease client's requests go before every other request of this
+	// process when API Priority and Fairness rejects them: renewals share
+	// the controller's priority level with its syncs, and a leader must
+	// not lose its Lease to its own load (internal/leader/priority.go).
+	// The Lease client's configuration is taken before the others learn
+	// to yield.
+	leaseCfg := rest.CopyConfig(cfg)
+	priority := leader.NewPriority()
+	if opts.leaderElection.Enabled {
+		cfg.Wrap(priority.Yield)
+	}
 	// Built-in types travel as protobuf, as kube-controller-manager's do:
 	// smaller on the wire and cheaper to decode than JSON. Bars cannot
 	// (custom resources have no protobuf encoding), so their client keeps
@@ -205,9 +216,11 @@ func run(ctx context.Context, opts options) error {
 		opts.leaderElection.Namespace = leader.DefaultNamespace()
 	}
 	// Lease renewals get a client of their own, so a busy controller's
-	// rate limiter can never delay them past the renew deadline.
-	electionCfg := rest.CopyConfig(cfg)
+	// rate limiter can never delay them past the renew deadline, and go
+	// first when the API server rejects them (see leaseCfg above).
+	electionCfg := leaseCfg
 	electionCfg.UserAgent += "/leader-election"
+	electionCfg.Wrap(priority.First)
 	electionClient, err := kubernetes.NewForConfig(electionCfg)
 	if err != nil {
 		return err
