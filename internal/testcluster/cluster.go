@@ -88,6 +88,9 @@ type Cluster struct {
 	ServiceAccountKey string
 	// AuditLog is the API server's audit log, if Options.AuditLog was set.
 	AuditLog string
+	// EtcdURL is etcd's client URL, for tests that check what the API
+	// server stored (see StoredAPIVersions).
+	EtcdURL string
 
 	binDir string
 	procs  []*Process // in start order
@@ -225,6 +228,7 @@ func (c *Cluster) start(logDir, name string, args ...string) (*Process, error) {
 
 func (c *Cluster) startEtcd(ctx context.Context, logDir string, port, peerPort int) error {
 	client := fmt.Sprintf("http://127.0.0.1:%d", port)
+	c.EtcdURL = client
 	p, err := c.start(logDir, "etcd",
 		"--name=bar-test",
 		"--data-dir="+filepath.Join(c.Dir, "etcd"),

@@ -44,6 +44,13 @@ type controllerProcess struct {
 // stops it with SIGTERM, so a Lease it holds is released for the next test.
 func startController(t *testing.T, name, kubeconfig string, args ...string) *controllerProcess {
 	t.Helper()
+	return startBinary(t, controllerBinary, name, kubeconfig, args...)
+}
+
+// startBinary is startController for another build of bar-controller: the
+// upgrade test runs the previous release's binary too.
+func startBinary(t *testing.T, binary, name, kubeconfig string, args ...string) *controllerProcess {
+	t.Helper()
 	addrs, err := testcluster.FreeAddrs(2)
 	if err != nil {
 		t.Fatal(err)
@@ -56,7 +63,7 @@ func startController(t *testing.T, name, kubeconfig string, args ...string) *con
 		// Under -race the runtime sleeps 1 s before exiting, which would
 		// show up in the shutdown times the tests measure.
 		"GORACE=" + strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0")}
-	proc, err := testcluster.StartProcess(name, controllerBinary, filepath.Join(t.TempDir(), name+".log"), env, args...)
+	proc, err := testcluster.StartProcess(name, binary, filepath.Join(t.TempDir(), name+".log"), env, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
