@@ -153,7 +153,11 @@ func createAlphaBars(t *testing.T, env *opsEnv, ns string, n int) {
 func waitAlphaConverged(t *testing.T, env *opsEnv, ns string, n int) {
 	t.Helper()
 	var converged int
-	err := pollFor(t.Context(), 3*time.Minute, func(ctx context.Context) (bool, error) {
+	// kube-controller-manager's client is limited to 20 requests a second
+	// (its --kube-api-qps default), and each Bar's Deployment costs it
+	// several (ReplicaSet, Pods, statuses): 300 Bars took 73 s on an idle
+	// machine, bound by that limit rather than by the controller.
+	err := pollFor(t.Context(), 5*time.Minute, func(ctx context.Context) (bool, error) {
 		bars, err := env.bars.BarcontrollerV1alpha1().Bars(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, err
