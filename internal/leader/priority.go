@@ -43,9 +43,9 @@ import (
 // otherwise, no other request of this process starts: the request that
 // holds the seat ends within milliseconds, and the renewal gets it. The
 // syncs pause only while a renewal is being rejected, a fraction of a
-// second; a Lease request that is merely slow (a slow webhook, an API
-// server far away) holds nothing up, and neither does one that fails
-// otherwise.
+// second, and never longer than leaseRetryFor at a time; a Lease request
+// that is merely slow (a slow webhook, an API server far away) holds
+// nothing up, and neither does one that fails otherwise.
 
 // leaseRetryDelay is how long a rejected Lease request waits before it is
 // sent again: long enough for the requests under way to end (a write
@@ -54,6 +54,14 @@ import (
 // whole renew deadline is 100 requests, each rejected at once by the API
 // server.
 const leaseRetryDelay = 100 * time.Millisecond
+
+// leaseRetryFor bounds how long one Lease request is retried so, and so
+// holds the other requests. Rejections that outlast it do not come from
+// this process's own requests, which are all held: the seat is taken by
+// someone else, and holding the syncs gains nothing. The 429 then goes
+// to client-go, which waits out its Retry-After with nothing held, and
+// sends the request again (through First again).
+const leaseRetryFor = time.Second
 
 // Priority lets the Lease requests of this process go before its other
 // requests while API Priority and Fairness rejects them. Wrap the Lease
@@ -65,18 +73,20 @@ type Priority struct {
 	rejected int
 	open     chan struct{}
 	delay    time.Duration
+	retryFor time.Duration
 }
 
 // NewPriority returns a Priority with nothing waiting.
 func NewPriority() *Priority {
 	open := make(chan struct{})
 	close(open)
-	return &Priority{open: open, delay: leaseRetryDelay}
+	return &Priority{open: open, delay: leaseRetryDelay, retryFor: leaseRetryFor}
 }
 
 // First wraps the Lease client's transport: a request that gets 429 is
-// sent again after leaseRetryDelay until it gets another answer or its
-// context ends, and holds Yield's requests until then.
+// sent again after leaseRetryDelay until it gets another answer, its
+// context ends or leaseRetryFor has passed, and holds Yield's requests
+// until then.
 func (p *Priority) First(rt http.RoundTripper) http.RoundTripper {
 	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
 		resp, err := rt.RoundTrip(req)
@@ -85,12 +95,17 @@ func (p *Priority) First(rt http.RoundTripper) http.RoundTripper {
 		}
 		p.hold()
 		defer p.release()
+		giveUp := time.Now().Add(p.retryFor)
 		for resp.StatusCode == http.StatusTooManyRequests {
+			if time.Now().Add(p.delay).After(giveUp) {
+				// The 429 is the answer: client-go knows what to do
+				// with it.
+				return resp, nil
+			}
 			timer := time.NewTimer(p.delay)
 			select {
 			case <-req.Context().Done():
-				// The 429 is the answer: client-go knows what to do
-				// with it (and sees the context ended).
+				// client-go sees the context ended too.
 				timer.Stop()
 				return resp, nil
 			case <-timer.C:

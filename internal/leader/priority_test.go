@@ -201,36 +201,52 @@ func TestSlowLeaseRequestHoldsNothing(t *testing.T) {
 	}
 }
 
-// A renewal rejected until its context ends fails with that; a request
-// waiting behind it gives up when its own context ends, unsent; and once
-// the renewal has given up, requests go again.
-func TestWaitsEndWithTheirContexts(t *testing.T) {
+// A request waiting behind a rejected renewal gives up, unsent, when its
+// own context ends; a renewal rejected for longer than leaseRetryFor
+// holds the others no longer (client-go waits out the Retry-After with
+// nothing held); and a renewal rejected until its context ends fails.
+func TestWaitsAreBounded(t *testing.T) {
 	s := newAPFServer(t, func(int) bool { return true })
 	p, lease, other := s.clients(t)
 	leaseCtx, cancelLease := context.WithCancel(t.Context())
 	renewed := make(chan error, 1)
+	heldAt := time.Now()
 	go func() { renewed <- renewLease(leaseCtx, lease) }()
 	waitHeld(p)
 
-	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	ctx, cancel := context.WithTimeout(t.Context(), leaseRetryFor/4)
 	defer cancel()
 	if err := getDeployment(ctx, other); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("the request waiting behind the renewal returned %v, want %v", err, context.DeadlineExceeded)
+	}
+	if err := getDeployment(t.Context(), other); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(heldAt); took > leaseRetryFor+time.Second/2 {
+		t.Errorf("a rejected renewal held the other requests for %v, want at most about %v", took, leaseRetryFor)
 	}
 	cancelLease()
 	if err := <-renewed; err == nil || !(apierrors.IsTooManyRequests(err) || errors.Is(err, context.Canceled)) {
 		t.Errorf("the renewal returned %v, want the 429 or %v", err, context.Canceled)
 	}
-	if err := getDeployment(t.Context(), other); err != nil {
-		t.Fatal(err)
-	}
+	// Rejected renewals, every leaseRetryDelay for leaseRetryFor, then
+	// the one GET that waited for them, and nothing else.
 	got := s.requests()
-	if slices.Contains(got[:len(got)-1], "GET "+deploymentPath) || got[len(got)-1] != "GET "+deploymentPath {
-		t.Errorf("requests:\n%s\nwant only rejected renewals, then the one GET", strings.Join(got, "\n"))
-	}
-	for _, r := range got[:len(got)-1] {
-		if r != "PUT "+leasePath+" 429" {
-			t.Errorf("request %q, want only rejected renewals before the GET", r)
+	var puts, gets int
+	for i, r := range got {
+		switch r {
+		case "PUT " + leasePath + " 429":
+			puts++
+		case "GET " + deploymentPath:
+			gets++
+			if i != len(got)-1 {
+				t.Errorf("the GET was sent while the renewal was being retried: request %d of %d", i+1, len(got))
+			}
+		default:
+			t.Errorf("unexpected request %q", r)
 		}
+	}
+	if want := int(leaseRetryFor / leaseRetryDelay); gets != 1 || puts < want-2 || puts > want+1 {
+		t.Errorf("%d rejected renewals and %d GETs, want about %d and 1:\n%s", puts, gets, want, strings.Join(got, "\n"))
 	}
 }
