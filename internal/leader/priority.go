@@ -50,9 +50,9 @@ import (
 // leaseRetryDelay is how long a rejected Lease request waits before it is
 // sent again: long enough for the requests under way to end (a write
 // holds a seat for about 5-10 ms, test/faults), short enough to leave
-// most of the retry period to spare. A renewal retried like this for its
-// whole renew deadline is 100 requests, each rejected at once by the API
-// server.
+// most of the retry period to spare. One Lease request is retried so at
+// most 10 times (leaseRetryFor), each rejection costing the API server
+// next to nothing.
 const leaseRetryDelay = 100 * time.Millisecond
 
 // leaseRetryFor bounds how long one Lease request is retried so, and so
