@@ -91,9 +91,10 @@ generate: ## Regenerate clients, deepcopy and the CRD from pkg/apis.
 	hack/update-codegen.sh
 
 .PHONY: verify
-verify: ## Check generated code and diagrams are current, and run gofmt, go vet and shellcheck.
+verify: ## Check generated code and diagrams are current, the docs' citations resolve, and run gofmt, go vet and shellcheck.
 	hack/verify-codegen.sh
 	hack/verify-diagrams.sh
+	hack/verify-docs.sh
 	hack/verify-lint.sh
 
 .PHONY: diagrams

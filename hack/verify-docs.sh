@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Fails if README.md or docs/*.md cite a file, line or declaration that is
+# not where they say: in this repository, or in a k8s.io module at the
+# version go.mod (or hack/tools/*/go.mod) builds with. The grammar of a
+# citation is in hack/verify-docs/markdown.go. The checker downloads the
+# modules it reads ("go mod download"), so it works on an empty module cache.
+set -o errexit -o nounset -o pipefail
+
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "${REPO_ROOT}"
+
+# Built, then run, rather than "go run": go run adds its own "exit status 1"
+# line to the report.
+scratch="$(mktemp -d)"
+trap 'rm -rf "${scratch}"' EXIT
+go build -o "${scratch}/verify-docs" ./hack/verify-docs
+"${scratch}/verify-docs" --root="${REPO_ROOT}"

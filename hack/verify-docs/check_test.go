@@ -1,0 +1,66 @@
+package main
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestCheckDocs runs the checker on a fake repository whose doc has good
+// citations of every form and deliberately broken ones: each broken one
+// must be reported on its own doc line, and nothing else. The module is a
+// local directory, so that the test needs no network; the download itself
+// is exercised by hack/verify-docs.sh on the real docs.
+func TestCheckDocs(t *testing.T) {
+	root := filepath.Join("testdata", "repo")
+	fetch := func(path, version string) (string, error) {
+		if path == "k8s.io/fakemod" && version == "v0.1.0" {
+			return filepath.Join("testdata", "mods", "fakemod"), nil
+		}
+		return "", fmt.Errorf("unexpected module %s@%s", path, version)
+	}
+	probs, _, err := checkDocs(root, []string{"README.md", "docs/guide.md"}, fetch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"docs/guide.md:16: `nosuch.go`":                                            "no such file",
+		"docs/guide.md:17: `gone` in `sync.go`":                                    "gone is not declared in sync.go",
+		"docs/guide.md:18: `syncBar` at `sync.go:12`":                              "line 12 is outside syncBar (lines 4-8",
+		"docs/guide.md:19: `hack/run.sh:99`":                                       "line 99 is past the end of hack/run.sh (3 lines)",
+		"docs/guide.md:20: `Missing` in `k8s.io/fakemod/tools/cache/reflector.go`": "Missing is not declared",
+		"docs/guide.md:21: `k8s.io/other/x.go`":                                    "no module of go.mod",
+		"docs/guide.md:22: `Ready` (run.go)":                                       "no such file",
+		"docs/guide.md:22: (gone.md)":                                              "no such file",
+	}
+	got := map[string]bool{}
+	for _, p := range probs {
+		key := fmt.Sprintf("%s:%d: %s", p.Doc, p.Line, p.Text)
+		got[key] = true
+		w, ok := want[key]
+		if !ok {
+			t.Errorf("reported, but the citation holds: %s", p)
+			continue
+		}
+		if !strings.Contains(p.Why, w) {
+			t.Errorf("%s: reason %q, want it to say %q", key, p.Why, w)
+		}
+	}
+	for key := range want {
+		if !got[key] {
+			t.Errorf("not reported: %s", key)
+		}
+	}
+}
+
+// TestExtractSkipsNonCitations pins what is not a citation: flags,
+// commands, field paths, globs, a bare name, anything inside a fence.
+func TestExtractSkipsNonCitations(t *testing.T) {
+	doc := "`--workers=4` `kubectl apply -f x.yaml` `spec.template.image` `docs/*.md` `Keeper`\n" +
+		"see https://example.com/a/b.go and [label.go](https://example.com/c.go)\n" +
+		"```\n`gone` in `sync.go` at reflector.go:507]\n```\n"
+	if c := extract("d.md", doc); len(c) != 0 {
+		t.Errorf("extract found %v, want none", c)
+	}
+}
