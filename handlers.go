@@ -30,9 +30,12 @@ import (
 )
 
 // This file holds the first step of every event's path: informer event
-// handlers that turn a changed object into the key of the Bar to sync. They
-// run on the informer's goroutine, so they only look things up in caches and
-// enqueue; all API calls happen in the workers.
+// handlers that turn a changed object into the key of the Bar to sync. Each
+// handler registration runs on its own listener goroutine
+// (processorListener.run in client-go's tools/cache/shared_informer.go),
+// not the informer's: a slow handler backs up only its own listener's
+// buffer, which grows without bound. So they only look things up in caches
+// and enqueue; all API calls happen in the workers.
 
 const (
 	// barsByDeploymentName indexes Bars by "namespace/spec.deployment.name",
