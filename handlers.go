@@ -119,8 +119,10 @@ func (c *Controller) deleteBar(obj interface{}) {
 // The Deployment handlers serve both Deployment informers (main.go): the
 // metadata-only one, which sees every Deployment and so every name a Bar
 // may want, and the full one of the Deployments the controller manages,
-// whose spec and status changes the syncs compare against. The work queue
-// collapses the two events of one change into one sync.
+// whose spec and status changes the syncs compare against. One change thus
+// enqueues its Bar up to four times (two informers, each through the
+// controller reference and the name index in handleDeployment); the work
+// queue keeps one copy of a waiting key, so that is usually one sync.
 
 func (c *Controller) addDeployment(obj interface{}, isInInitialList bool) {
 	if d, err := meta.Accessor(obj); err == nil {
