@@ -30,9 +30,12 @@ import (
 )
 
 // This file holds the first step of every event's path: informer event
-// handlers that turn a changed object into the key of the Bar to sync. They
-// run on the informer's goroutine, so they only look things up in caches and
-// enqueue; all API calls happen in the workers.
+// handlers that turn a changed object into the key of the Bar to sync. Each
+// handler registration runs on its own listener goroutine
+// (processorListener.run in client-go's tools/cache/shared_informer.go),
+// not the informer's: a slow handler backs up only its own listener's
+// buffer, which grows without bound. So they only look things up in caches
+// and enqueue; all API calls happen in the workers.
 
 const (
 	// barsByDeploymentName indexes Bars by "namespace/spec.deployment.name",
@@ -116,8 +119,10 @@ func (c *Controller) deleteBar(obj interface{}) {
 // The Deployment handlers serve both Deployment informers (main.go): the
 // metadata-only one, which sees every Deployment and so every name a Bar
 // may want, and the full one of the Deployments the controller manages,
-// whose spec and status changes the syncs compare against. The work queue
-// collapses the two events of one change into one sync.
+// whose spec and status changes the syncs compare against. One change thus
+// enqueues its Bar up to four times (two informers, each through the
+// controller reference and the name index in handleDeployment); the work
+// queue keeps one copy of a waiting key, so that is usually one sync.
 
 func (c *Controller) addDeployment(obj interface{}, isInInitialList bool) {
 	if d, err := meta.Accessor(obj); err == nil {
