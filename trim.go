@@ -95,7 +95,7 @@ func trimDeployment(obj interface{}) (interface{}, error) {
 // trimDeploymentMetadata is the transform of the metadata-only Deployment
 // informer, which sees every Deployment in the controller's scope: what its
 // cache keeps of each. The controller asks it only whether a name is taken,
-// by whom (notOwnedReadiness, deleteStaleDeployments) and whether that
+// by whom (notOwnedReadiness, oldDeployments) and whether that
 // changed (handleDeployment), so it keeps the identity, the controller
 // reference and the deletion mark, and drops labels, annotations and the
 // other owner references. In a cluster with thousands of Deployments that
