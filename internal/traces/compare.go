@@ -197,12 +197,12 @@ func Diff(a, b []string) string {
 				fmt.Fprintf(&d, "  %s\n", a[i])
 			}
 			i, j = i+1, j+1
-		case j < m && (i == n || lcs[i][j+1] >= lcs[i+1][j]):
-			fmt.Fprintf(&d, "+ %s\n", b[j])
-			j++
-		default:
+		case i < n && (j == m || lcs[i+1][j] >= lcs[i][j+1]):
 			fmt.Fprintf(&d, "- %s\n", a[i])
 			i++
+		default:
+			fmt.Fprintf(&d, "+ %s\n", b[j])
+			j++
 		}
 	}
 	return d.String()
