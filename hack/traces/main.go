@@ -101,7 +101,10 @@ func run(ctx context.Context, binDir, controller, dir string, check bool) error 
 		return err
 	}
 	if diff == "" {
-		fmt.Printf("==> rewrote the captures in %s; nothing changed but timing and resourceVersions (%s)\n", traces.DocPath, time.Since(start).Round(time.Second))
+		// The notes between the captures quote their numbers; a run that
+		// changed nothing else may as well be dropped.
+		fmt.Printf("==> rewrote the captures in %s; nothing changed but timing and resourceVersions (%s).\n"+
+			"    The notes quote the old run's numbers: git checkout %s keeps it.\n", traces.DocPath, time.Since(start).Round(time.Second), traces.DocPath)
 	} else {
 		fmt.Printf("==> rewrote the captures in %s; these changed, check the prose around them:\n%s", traces.DocPath, diff)
 	}
