@@ -32,6 +32,16 @@ run: build ## Start a local control plane with simulated nodes, run bar-controll
 	go build -o bin/local-up ./hack/local-up
 	kube_bin_dir="$$($(KUBE_BIN_DIR_CMD))" && exec bin/local-up --bin-dir="$$kube_bin_dir" --controller=bin/bar-controller -- $(ARGS)
 
+# The control plane make run uses, the controller with --trace and the
+# flags make run gives it; each scenario waits for the Bar to converge and
+# the controller's log to go quiet (about 20 s in all). test/traces reruns
+# the same scenarios under make test and fails when the committed captures
+# drift from the code.
+.PHONY: traces
+traces: build ## Rerun the scenarios of docs/informer-traces.md on a local control plane and rewrite its captures from the controller's --trace log.
+	go build -o bin/traces ./hack/traces
+	kube_bin_dir="$$($(KUBE_BIN_DIR_CMD))" && bin/traces --bin-dir="$$kube_bin_dir" --controller=bin/bar-controller
+
 .PHONY: test
 # As root, the node tests' packages (containerd, runc, CNI plugins) are
 # installed when missing, and the node tests must then run; as another user
