@@ -134,15 +134,13 @@ func (c *alphaTraffic) since(from, to time.Time) (gets, updates, conflicts int, 
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, r := range c.results {
-		if r.err != nil {
-			failures = append(failures, fmt.Sprintf("%s %+.3fs after the delete (took %v): %v", r.op, r.at.Sub(from).Seconds(), r.took.Round(time.Millisecond), r.err))
-		}
 		if r.at.Before(from) || !r.at.Before(to) {
 			continue
 		}
 		slowest = max(slowest, r.took)
 		switch {
 		case r.err != nil:
+			failures = append(failures, fmt.Sprintf("%s %+.3fs after the delete (took %v): %v", r.op, r.at.Sub(from).Seconds(), r.took.Round(time.Millisecond), r.err))
 		case r.conflict:
 			conflicts++
 		case r.op == "update":
