@@ -115,6 +115,9 @@ type Controller struct {
 	writes *writeTracker
 	// trace logs every step for the Bars --trace names; nil traces nothing.
 	trace *tracer
+	// slots, if set, bound the syncs in flight below the number of
+	// workers, and the Event writes with them (UseSlots).
+	slots slots
 
 	broadcaster events.EventBroadcaster
 	eventSink   *limitedSink
@@ -146,7 +149,7 @@ func NewController(
 	// flight would take the seats the workers' writes need (limitedSink).
 	// Writing them starts in Run, with the context of the syncs' own
 	// API calls (see recordEvents).
-	eventSink := newLimitedSink(&events.EventSinkImpl{Interface: kubeclientset.EventsV1()}, eventWriters)
+	eventSink := newLimitedSink(&events.EventSinkImpl{Interface: kubeclientset.EventsV1()}, newFixedSlots(eventWriters))
 	broadcaster := events.NewBroadcaster(eventSink)
 	if _, err := broadcaster.StartLogging(logger); err != nil {
 		return nil, fmt.Errorf("logging events: %w", err)
@@ -213,6 +216,14 @@ func (c *Controller) Trace(pattern string) error {
 	}
 	c.trace = t
 	return nil
+}
+
+// UseSlots makes every sync, and every Event write, hold one of s while it
+// runs (concurrency.go): the workers are then a ceiling, and s says how
+// much of it the API server gets. Call it before Run.
+func (c *Controller) UseSlots(s slots) {
+	c.slots = s
+	c.eventSink.slots = s
 }
 
 // HasSynced reports whether the informer caches have been filled; until
@@ -350,6 +361,17 @@ func (c *Controller) processNextWorkItem(ctx, stop context.Context) bool {
 		// Shutting down: a queued key is not "in progress". It will be
 		// synced again from the caches after the next start.
 		return false
+	}
+
+	if c.slots != nil {
+		// Taken after the key, not before: a worker waiting for work
+		// must not hold a slot an Event write could use. Until the slot
+		// comes, the key stays in progress, and an add for it waits.
+		if err := c.slots.Acquire(stop); err != nil {
+			// Shutting down, as above.
+			return false
+		}
+		defer c.slots.Release()
 	}
 
 	syncCtx, cancel := context.WithTimeout(ctx, syncTimeout)

@@ -30,7 +30,9 @@ import (
 )
 
 const (
-	// eventWriters is how many event writes may be in flight at once.
+	// eventWriters is how many event writes may be in flight at once
+	// when the controller is given no slots to share with them
+	// (UseSlots).
 	eventWriters = 4
 	// eventFlushTimeout bounds how long a graceful shutdown waits, after the
 	// last sync, for the Events still being written.
@@ -89,8 +91,8 @@ func (r notingRecorder) Eventf(regarding, related runtime.Object, eventtype, rea
 	r.sink.changed.Store(time.Now().UnixNano())
 }
 
-// limitedSink lets at most a fixed number of event writes reach the API
-// server at once. tools/events writes every event from its own goroutine;
+// limitedSink lets event writes reach the API server only as slots allow
+// (concurrency.go: the syncs' own, or a fixed few). tools/events writes every event from its own goroutine;
 // during a cold start of thousands of Bars that is thousands of requests
 // in flight. Where the API server answers with 429s (API Priority and
 // Fairness), each of them retries after the Retry-After it is given, and
@@ -99,7 +101,7 @@ func (r notingRecorder) Eventf(regarding, related runtime.Object, eventtype, rea
 // that wait here cost a goroutine each, not a request.
 type limitedSink struct {
 	sink  events.EventSink
-	slots chan struct{}
+	slots slots
 
 	// active counts the writes waiting for a slot or in flight; changed
 	// is when it last changed or an Event was recorded (UnixNano), for
@@ -108,25 +110,13 @@ type limitedSink struct {
 	changed atomic.Int64
 }
 
-func newLimitedSink(sink events.EventSink, n int) *limitedSink {
-	return &limitedSink{sink: sink, slots: make(chan struct{}, n)}
+func newLimitedSink(sink events.EventSink, slots slots) *limitedSink {
+	return &limitedSink{sink: sink, slots: slots}
 }
 
-func (s *limitedSink) acquire(ctx context.Context) error {
-	// Checked first: a select with a free slot and an ended ctx may pick
-	// either, and a write after its ctx ended must not start.
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	select {
-	case s.slots <- struct{}{}:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
+func (s *limitedSink) acquire(ctx context.Context) error { return s.slots.Acquire(ctx) }
 
-func (s *limitedSink) release() { <-s.slots }
+func (s *limitedSink) release() { s.slots.Release() }
 
 // track counts a write from its call to its return; call the result when it
 // returns.

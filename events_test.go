@@ -61,7 +61,7 @@ func (s *blockingSink) Patch(context.Context, *eventsv1.Event, []byte) (*eventsv
 // gives up with its context.
 func TestLimitedSink(t *testing.T) {
 	inner := &blockingSink{release: make(chan struct{})}
-	sink := newLimitedSink(inner, 3)
+	sink := newLimitedSink(inner, newFixedSlots(3))
 	var wg sync.WaitGroup
 	for i := range 12 {
 		wg.Go(func() {
@@ -101,7 +101,7 @@ func TestLimitedSink(t *testing.T) {
 // and returns once there are none; with writes that never end, it gives up
 // at its bound.
 func TestLimitedSinkWaitIdle(t *testing.T) {
-	s := newLimitedSink(&blockingSink{release: make(chan struct{})}, 2)
+	s := newLimitedSink(&blockingSink{release: make(chan struct{})}, newFixedSlots(2))
 	if err := s.waitIdle(context.Background(), 10*time.Millisecond); err != nil {
 		t.Fatalf("an unused sink is idle: %v", err)
 	}

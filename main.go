@@ -100,6 +100,14 @@ func run(ctx context.Context, opts options) error {
 	// The Lease client's configuration is taken before the others learn
 	// to yield.
 	leaseCfg := rest.CopyConfig(cfg)
+	// The adaptive limit learns from every write's answer: its wrapper is
+	// the innermost (the first Wrap), so it times the API server and not a
+	// wait for the Lease.
+	var slots *adaptiveSlots
+	if opts.adaptive {
+		slots = newAdaptiveSlots(logger, opts.workers)
+		cfg.Wrap(slots.Transport)
+	}
 	priority := leader.NewPriority()
 	if opts.leaderElection.Enabled {
 		cfg.Wrap(priority.Yield)
@@ -169,6 +177,9 @@ func run(ctx context.Context, opts options) error {
 	}
 	if err := controller.Trace(opts.trace); err != nil {
 		return err
+	}
+	if slots != nil {
+		controller.UseSlots(slots)
 	}
 
 	var watchdog *leaderelection.HealthzAdaptor

@@ -32,6 +32,7 @@ type options struct {
 	master         string
 	namespace      string
 	workers        int
+	adaptive       bool
 	qps            float64
 	burst          int
 	resyncPeriod   time.Duration
@@ -52,15 +53,17 @@ func (o *options) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.master, "master", "", "The address of the Kubernetes API server. Overrides the server in the kubeconfig.")
 	fs.StringVar(&o.namespace, "namespace", "", "Only watch Bars and Deployments in this namespace (RBAC can then be a Role). Empty: all namespaces.")
 	// A worker spends nearly all of a sync waiting on the API server (an
-	// apply, then a status write), so the number of workers is the number
-	// of writes in flight. More converge a cold start faster on a healthy
-	// API server (make bench, 2,000 Bars on 2 cores: 2.2x the floor with 4,
-	// 1.75x with 16, 32 no better) but slower where API Priority and
-	// Fairness rejects the controller: each rejected write waits out its
-	// Retry-After, and 16 workers took 88 s and 15 timed-out syncs where 4
-	// took 25 s and none (test/faults, a one-seat priority level). The
-	// default is the safe one; docs/measurements.md has the numbers.
-	fs.IntVar(&o.workers, "workers", 4, "Number of Bars synced in parallel.")
+	// apply, then a status write), so the number of syncs in flight is the
+	// number of writes in flight. No fixed number is right: more converge
+	// a cold start faster on a healthy API server (make bench, 2,000 Bars
+	// on 2 cores: 2.2x the floor with 4, 1.75x with 16, 32 no better), but
+	// slower where API Priority and Fairness rejects the controller (16
+	// took 88 s and 15 timed-out syncs where 4 took 25 s and none,
+	// test/faults). So by default the number follows the API server
+	// (concurrency.go, internal/adaptive), between 1 and --workers;
+	// docs/measurements.md has the numbers.
+	fs.IntVar(&o.workers, "workers", 32, "Most Bars synced in parallel: the ceiling of the adaptive limit, or the number with --adaptive-concurrency=false.")
+	fs.BoolVar(&o.adaptive, "adaptive-concurrency", true, "Let the number of syncs and Event writes in flight follow the API server: grow while it answers quickly, shrink at once when it rejects (429) or queues. false: exactly --workers syncs and 4 Event writes.")
 	// No client-side limit by default: API Priority and Fairness (GA since
 	// Kubernetes 1.29) queues and sheds load on the server, fairly between
 	// clients, which a client-side token bucket cannot see; SIG API

@@ -1,0 +1,103 @@
+/*
+Copyright The bar-controller Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package main
+
+import (
+	"context"
+
+	"k8s.io/klog/v2"
+
+	"github.com/barcontroller/bar-controller/internal/adaptive"
+	"github.com/barcontroller/bar-controller/internal/metrics"
+)
+
+// slots bound the work in flight against the API server: a sync holds one
+// from the moment its worker took its key until the queue is told how it
+// went, an Event write for its request. Syncs and Event writes share them,
+// because they share the API server's seats: under API Priority and
+// Fairness, Event writes that nothing bounds take the seats the syncs need
+// (docs/measurements.md).
+type slots interface {
+	Acquire(ctx context.Context) error
+	Release()
+}
+
+// fixedSlots is a fixed number of slots (--adaptive-concurrency=false,
+// and the Event writes of a controller that has no other slots).
+type fixedSlots chan struct{}
+
+func newFixedSlots(n int) fixedSlots { return make(fixedSlots, n) }
+
+func (s fixedSlots) Acquire(ctx context.Context) error {
+	// Checked first: a select with a free slot and an ended ctx may pick
+	// either, and work whose ctx ended must not start.
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	select {
+	case s <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (s fixedSlots) Release() { <-s }
+
+// Concurrency is how the limit starts and where it stops.
+const (
+	// initialConcurrency is today's safe fixed number: where API Priority
+	// and Fairness rejects the controller from its first request, the
+	// limit starts no higher than what converged there (test/faults).
+	initialConcurrency = 4
+	minConcurrency     = 1
+)
+
+// newAdaptiveSlots returns slots whose number follows the API server
+// (internal/adaptive), from initialConcurrency up to ceiling, and the
+// transport wrapper that tells it how the API server answers. Each
+// change is a metric and a -v=2 log line.
+func newAdaptiveSlots(logger klog.Logger, ceiling int) *adaptiveSlots {
+	s := &adaptiveSlots{}
+	s.Limiter = adaptive.New(adaptive.Config{
+		Min: minConcurrency, Max: ceiling, Initial: initialConcurrency,
+		OnChange: func(c adaptive.Change) {
+			metrics.RecordConcurrencyChange(c.Reason, c.To)
+			logger.V(2).Info("Concurrency limit changed", "from", c.From, "to", c.To, "reason", c.Reason,
+				"answers", c.Samples, "slow", c.Slow, "rejected", c.Throttled)
+		},
+	})
+	metrics.SetConcurrency(s.Limit(), 0)
+	return s
+}
+
+type adaptiveSlots struct {
+	*adaptive.Limiter
+}
+
+func (s *adaptiveSlots) Acquire(ctx context.Context) error {
+	if err := s.Limiter.Acquire(ctx); err != nil {
+		return err
+	}
+	metrics.SetConcurrency(s.Limit(), s.InUse())
+	return nil
+}
+
+func (s *adaptiveSlots) Release() {
+	s.Limiter.Release()
+	metrics.SetConcurrency(s.Limit(), s.InUse())
+}

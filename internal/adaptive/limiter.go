@@ -1,0 +1,307 @@
+/*
+Copyright The bar-controller Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package adaptive limits how much work is in flight against the API
+// server by what the API server says, instead of by a fixed number.
+//
+// A fixed number of workers is wrong in one of two worlds (make bench and
+// test/faults measured both): on a healthy API server 4 leave it idle part
+// of the time, and where API Priority and Fairness rejects the controller,
+// 16 collapse, each rejected write waiting out its Retry-After while it
+// holds a worker. So the limit moves, as TCP's congestion window does
+// (additive increase, multiplicative decrease):
+//
+//   - rejected (429, or any answer with Retry-After): halve, at once;
+//   - slow: when most requests of a window took more than Tolerance times
+//     the fastest this process has seen for the same kind of request, the
+//     API server is queueing, and more in flight only adds to the queue:
+//     shrink by a tenth;
+//   - otherwise, if the window used the whole limit: one more (double,
+//     until the first decrease: the slow start).
+//
+// A window is as many answers as the limit, from requests sent after the
+// last change: answers to requests sent before it describe the old
+// limit, and acting on them again would decrease twice for one cause.
+//
+// Maintained Go libraries for this exist only as parts of larger
+// frameworks or without users; the rule is a few lines, and its table
+// tests say exactly what it does.
+package adaptive
+
+import (
+	"context"
+	"math"
+	"sync"
+	"time"
+)
+
+// Reasons a limit changes, the "reason" of Change and of the metrics.
+const (
+	ReasonSlowStart = "slow_start" // doubled: nothing pushed back yet
+	ReasonIncrease  = "increase"   // one more: a full window went well
+	ReasonThrottled = "throttled"  // halved: the API server rejected a request
+	ReasonLatency   = "latency"    // a tenth less: the API server is queueing
+)
+
+// Config says how a Limiter moves.
+type Config struct {
+	// Min and Max bound the limit; Initial is where it starts.
+	Min, Max, Initial int
+	// Tolerance is how many times its kind's fastest answer a request may
+	// take before it counts as slow. Default 2.
+	Tolerance float64
+	// BaselineEpoch is how long the fastest answer of a kind is
+	// remembered: the baseline is the fastest of this epoch and the last,
+	// so it follows an API server that got slower for good (a larger
+	// etcd, another machine) within two epochs. Default 30 s.
+	BaselineEpoch time.Duration
+	// OnChange, if set, is called (without the Limiter's lock) after each
+	// change of the whole-number limit.
+	OnChange func(Change)
+}
+
+// Change is one change of the limit, and the window that caused it.
+type Change struct {
+	From, To int
+	Reason   string
+	// Samples is how many answers the window held, Slow how many of
+	// them were slow, Throttled how many were rejections.
+	Samples, Slow, Throttled int
+}
+
+// Limiter hands out slots, at most Limit() at a time, in the order they
+// were asked for, and moves that limit by what Observe is told.
+type Limiter struct {
+	cfg Config
+	now func() time.Time
+
+	mu      sync.Mutex
+	limit   float64
+	inUse   int
+	waiters []chan struct{}
+	// slowStart lasts until the first decrease.
+	slowStart bool
+	// changed is when the limit last changed: answers to requests sent
+	// before it belong to no window.
+	changed time.Time
+	win     window
+	base    map[string]*baseline
+}
+
+type window struct {
+	samples, slow, throttled int
+	// full: the limit was reached during the window (in use, or a
+	// waiter queued): only then does an increase make sense.
+	full bool
+}
+
+// baseline is the fastest answer of one kind of request, over the
+// current epoch and the one before.
+type baseline struct {
+	epochStart  time.Time
+	cur, before time.Duration // 0: none yet
+}
+
+// New returns a Limiter at cfg.Initial, with defaults filled in.
+func New(cfg Config) *Limiter {
+	if cfg.Min < 1 {
+		cfg.Min = 1
+	}
+	if cfg.Max < cfg.Min {
+		cfg.Max = cfg.Min
+	}
+	cfg.Initial = min(max(cfg.Initial, cfg.Min), cfg.Max)
+	if cfg.Tolerance <= 1 {
+		cfg.Tolerance = 2
+	}
+	if cfg.BaselineEpoch <= 0 {
+		cfg.BaselineEpoch = 30 * time.Second
+	}
+	return &Limiter{cfg: cfg, now: time.Now, limit: float64(cfg.Initial), slowStart: true, base: map[string]*baseline{}}
+}
+
+// Acquire waits for a slot, or for ctx to end. Every nil return must be
+// followed by one Release.
+func (l *Limiter) Acquire(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	if len(l.waiters) == 0 && l.inUse < l.whole() {
+		l.inUse++
+		if l.inUse == l.whole() {
+			l.win.full = true
+		}
+		l.mu.Unlock()
+		return nil
+	}
+	ch := make(chan struct{})
+	l.waiters = append(l.waiters, ch)
+	l.win.full = true
+	l.mu.Unlock()
+
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		for i, w := range l.waiters {
+			if w == ch {
+				l.waiters = append(l.waiters[:i], l.waiters[i+1:]...)
+				return ctx.Err()
+			}
+		}
+		// Granted as ctx ended: give the slot to the next in line.
+		l.inUse--
+		l.grant()
+		return ctx.Err()
+	}
+}
+
+// Release gives a slot back.
+func (l *Limiter) Release() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.inUse--
+	l.grant()
+}
+
+// Limit returns the current limit; InUse the slots held; Waiting how many
+// wait for one.
+func (l *Limiter) Limit() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.whole()
+}
+
+// InUse returns how many slots are held.
+func (l *Limiter) InUse() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.inUse
+}
+
+// Waiting returns how many callers wait in Acquire.
+func (l *Limiter) Waiting() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.waiters)
+}
+
+func (l *Limiter) whole() int { return int(math.Floor(l.limit)) }
+
+// grant hands free slots to waiters, first come first served. Called with
+// mu held.
+func (l *Limiter) grant() {
+	for len(l.waiters) > 0 && l.inUse < l.whole() {
+		close(l.waiters[0])
+		l.waiters = l.waiters[1:]
+		l.inUse++
+	}
+}
+
+// Observe is told of one answer of the API server: to a request of kind
+// (say "PATCH deployments") sent at sent, which took took; throttled if
+// the API server rejected it or asked to be retried later.
+func (l *Limiter) Observe(kind string, sent time.Time, took time.Duration, throttled bool) {
+	l.mu.Lock()
+	now := l.now()
+	// A rejection is answered at once, before any work: it would make a
+	// baseline no real answer comes near.
+	slow := !throttled && l.isSlow(kind, now, took)
+	if sent.Before(l.changed) {
+		// Sent under the previous limit.
+		l.mu.Unlock()
+		return
+	}
+	var change *Change
+	switch {
+	case throttled:
+		l.win.samples++
+		l.win.throttled++
+		change = l.set(now, l.limit/2, ReasonThrottled)
+	default:
+		l.win.samples++
+		if slow {
+			l.win.slow++
+		}
+		if l.win.samples >= l.whole() {
+			change = l.closeWindow(now)
+		}
+	}
+	l.mu.Unlock()
+	if change != nil && l.cfg.OnChange != nil {
+		l.cfg.OnChange(*change)
+	}
+}
+
+// closeWindow decides on a full window. Called with mu held.
+func (l *Limiter) closeWindow(now time.Time) *Change {
+	switch {
+	case 2*l.win.slow > l.win.samples:
+		return l.set(now, l.limit*0.9, ReasonLatency)
+	case !l.win.full:
+		// The work did not need the limit: raising it would say nothing
+		// about whether the API server could take more.
+		l.win = window{}
+		return nil
+	case l.slowStart:
+		return l.set(now, l.limit*2, ReasonSlowStart)
+	default:
+		return l.set(now, l.limit+1, ReasonIncrease)
+	}
+}
+
+// set moves the limit to v (bounded), starts a new window, and returns
+// the change if the whole-number limit moved. Called with mu held.
+func (l *Limiter) set(now time.Time, v float64, reason string) *Change {
+	from := l.whole()
+	w := l.win
+	l.limit = min(max(v, float64(l.cfg.Min)), float64(l.cfg.Max))
+	if reason == ReasonThrottled || reason == ReasonLatency {
+		l.slowStart = false
+	}
+	l.changed = now
+	l.win = window{full: len(l.waiters) > 0 || l.inUse >= l.whole()}
+	l.grant()
+	if l.whole() == from {
+		return nil
+	}
+	return &Change{From: from, To: l.whole(), Reason: reason, Samples: w.samples, Slow: w.slow, Throttled: w.throttled}
+}
+
+// isSlow records took as an answer of kind and reports whether it took
+// more than Tolerance times the fastest one remembered. Called with mu
+// held.
+func (l *Limiter) isSlow(kind string, now time.Time, took time.Duration) bool {
+	b := l.base[kind]
+	if b == nil {
+		b = &baseline{epochStart: now}
+		l.base[kind] = b
+	}
+	if now.Sub(b.epochStart) >= l.cfg.BaselineEpoch {
+		b.before, b.cur, b.epochStart = b.cur, 0, now
+	}
+	fastest := b.cur
+	if b.before > 0 && (fastest == 0 || b.before < fastest) {
+		fastest = b.before
+	}
+	if b.cur == 0 || took < b.cur {
+		b.cur = took
+	}
+	return fastest > 0 && float64(took) > l.cfg.Tolerance*float64(fastest)
+}
