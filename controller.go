@@ -100,6 +100,7 @@ type Controller struct {
 	// controller manages, whole, to compare with what a Bar wants; and the
 	// metadata of every Deployment, to know who holds a name.
 	deploymentsLister     appslisters.DeploymentLister
+	deploymentsStore      rvStore
 	deploymentsSynced     cache.InformerSynced
 	deploymentMetaIndexer cache.Indexer
 	deploymentMetaSynced  cache.InformerSynced
@@ -159,6 +160,7 @@ func NewController(
 		kubeclientset:         kubeclientset,
 		barclientset:          barclientset,
 		deploymentsLister:     deploymentInformer.Lister(),
+		deploymentsStore:      deploymentInformer.Informer().GetIndexer(),
 		deploymentsSynced:     deploymentInformer.Informer().HasSynced,
 		deploymentMetaIndexer: deploymentMetaInformer.Informer().GetIndexer(),
 		deploymentMetaSynced:  deploymentMetaInformer.Informer().HasSynced,

@@ -50,7 +50,7 @@ func TestCreatesDeployment(t *testing.T) {
 	bar := newBar("test", "web", 1)
 	f.bars = append(f.bars, bar)
 
-	f.kubeactions = append(f.kubeactions, applyDeploymentAction(bar, false))
+	f.kubeactions = append(f.kubeactions, createDeploymentAction(bar))
 	// The fake API has no Deployment controller, so the new Deployment has
 	// no replicas yet.
 	f.actions = append(f.actions, applyStatusAction(bar, 0, metav1.ConditionFalse, barv1.ReasonReplicasUnavailable,
@@ -111,6 +111,37 @@ func TestRepairsDrift(t *testing.T) {
 			f.run(ctx, keyOf(bar))
 		})
 	}
+}
+
+// TestDeletedDeploymentWaitsForTheMetadataCache: right after a Deployment
+// of ours is deleted, the full cache may have dropped it while the
+// metadata cache still holds it. The sync must not take it for a
+// Deployment that lost its label (and announce the recreation as an
+// update): it waits for the metadata cache, and sends nothing.
+func TestDeletedDeploymentWaitsForTheMetadataCache(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f := newFixture(t)
+	bar := withStatus(newBar("test", "web", 2), 2, metav1.ConditionTrue, barv1.ReasonDeploymentAvailable, readyMessage(2, 2, "web"))
+	d := ownedDeployment(bar)
+	d.ResourceVersion = "10"
+	f.bars = append(f.bars, bar)
+	f.deployments = append(f.deployments, d)
+	c := f.newController(ctx)
+	// The full cache reads the delete (at resourceVersion 12); the
+	// metadata cache is still at 10.
+	gone := d.DeepCopy()
+	gone.ResourceVersion = "12"
+	if err := f.kubeInformers.Apps().V1().Deployments().Informer().GetIndexer().Delete(gone); err != nil {
+		t.Fatal(err)
+	}
+	err := c.syncHandler(ctx, keyOf(bar))
+	var stale *staleCacheError
+	if !errors.As(err, &stale) {
+		t.Fatalf("syncHandler: %v, want a stale cache", err)
+	}
+	checkActions(t, "kube", nil, f.kubeclient.Actions())
+	checkActions(t, "bar", nil, f.client.Actions())
+	checkEvents(t, nil, f.recorder.Events)
 }
 
 // TestAdmissionRewriteIsNotDrift: what mutating admission made of the
@@ -203,7 +234,7 @@ func TestRenameKeepsOldDeploymentUntilNewIsAvailable(t *testing.T) {
 	f.bars = append(f.bars, bar)
 	f.deployments = append(f.deployments, old)
 
-	f.kubeactions = append(f.kubeactions, applyDeploymentAction(bar, false))
+	f.kubeactions = append(f.kubeactions, createDeploymentAction(bar))
 	f.actions = append(f.actions, applyStatusAction(bar, 0, metav1.ConditionFalse, barv1.ReasonRenaming,
 		"renamed from Deployment web to web-v2: web keeps serving until web-v2 has 1 available replicas (it has 0)", fixedNow))
 	f.events = []string{"Normal DeploymentCreated Created Deployment web-v2"}
@@ -355,7 +386,7 @@ func TestTerminatingNamespaceIsNotRetried(t *testing.T) {
 	bar := newBar("test", "web", 1)
 	f.bars = append(f.bars, bar)
 	c := f.newController(ctx)
-	f.kubeclient.PrependReactor("patch", "deployments", func(core.Action) (bool, runtime.Object, error) {
+	f.kubeclient.PrependReactor("create", "deployments", func(core.Action) (bool, runtime.Object, error) {
 		err := apierrors.NewForbidden(appsv1.Resource("deployments"), "web",
 			fmt.Errorf("unable to create new content in namespace default because it is being terminated"))
 		err.ErrStatus.Details.Causes = []metav1.StatusCause{{Type: corev1.NamespaceTerminatingCause, Field: "default"}}
@@ -364,7 +395,7 @@ func TestTerminatingNamespaceIsNotRetried(t *testing.T) {
 	if err := c.syncHandler(ctx, keyOf(bar)); err != nil {
 		t.Fatalf("syncHandler: %v, want no error (no retry)", err)
 	}
-	checkActions(t, "kube", []core.Action{applyDeploymentAction(bar, false)}, f.kubeclient.Actions())
+	checkActions(t, "kube", []core.Action{createDeploymentAction(bar)}, f.kubeclient.Actions())
 	checkActions(t, "bar", nil, f.client.Actions())
 	checkEvents(t, nil, f.recorder.Events)
 }

@@ -19,6 +19,7 @@ package main
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -72,6 +73,22 @@ func newDeployment(bar *barv1.Bar) *appsv1ac.DeploymentApplyConfiguration {
 				WithSpec(corev1ac.PodSpec().
 					WithContainers(desiredContainer(bar)))))
 	return withDesiredHash(d)
+}
+
+// deploymentObject is want as the object a create sends. An apply
+// configuration and the Deployment it describes have the same JSON, so
+// the one is read as the other: nothing to keep in step with
+// newDeployment by hand.
+func deploymentObject(want *appsv1ac.DeploymentApplyConfiguration) (*appsv1.Deployment, error) {
+	raw, err := json.Marshal(want)
+	if err != nil {
+		return nil, err
+	}
+	d := &appsv1.Deployment{}
+	if err := json.Unmarshal(raw, d); err != nil {
+		return nil, err
+	}
+	return d, nil
 }
 
 // desiredContainer is the Pod template's one container. Resources are set

@@ -23,11 +23,13 @@ import (
 	"fmt"
 	"reflect"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -99,7 +101,11 @@ func (f *fixture) newController(ctx context.Context) *Controller {
 	if err := metav1.AddMetaToScheme(metaScheme); err != nil {
 		f.t.Fatal(err)
 	}
-	f.metaInformers = metadatainformer.NewSharedInformerFactory(metadatafake.NewSimpleMetadataClient(metaScheme, metaObjs...), 0)
+	metaClient := metadatafake.NewSimpleMetadataClient(metaScheme, metaObjs...)
+	f.metaInformers = metadatainformer.NewSharedInformerFactory(metaClient, 0)
+	// What the controller creates shows in the metadata watch too, as it
+	// does on a real API server, where both watches read one store.
+	f.kubeclient.PrependReactor("create", "deployments", createWithResourceVersion(f.kubeclient.Tracker(), metaClient.Tracker()))
 	f.deploymentMeta = f.metaInformers.ForResource(appsv1.SchemeGroupVersion.WithResource("deployments"))
 	f.barInformers, f.kubeInformers = barInformers, kubeInformers
 	c, err := NewController(ctx, f.kubeclient, f.client,
@@ -197,6 +203,14 @@ func checkAction(t testing.TB, client string, want, got core.Action) {
 		if wo, go_ := w.PatchOptions, g.PatchOptions; wo.FieldManager != go_.FieldManager || !reflect.DeepEqual(wo.Force, go_.Force) {
 			t.Errorf("%s client: %s: want fieldManager %q force %v, got %q %v", client, describe(got),
 				wo.FieldManager, ptr.Deref(wo.Force, false), go_.FieldManager, ptr.Deref(go_.Force, false))
+		}
+	case core.CreateActionImpl:
+		g := got.(core.CreateActionImpl)
+		if !equality.Semantic.DeepEqual(w.Object, g.Object) {
+			t.Errorf("%s client: %s\nwant object %+v\n got object %+v", client, describe(got), w.Object, g.Object)
+		}
+		if w.CreateOptions.FieldManager != g.CreateOptions.FieldManager {
+			t.Errorf("%s client: %s: want fieldManager %q, got %q", client, describe(got), w.CreateOptions.FieldManager, g.CreateOptions.FieldManager)
 		}
 	case core.DeleteActionImpl:
 		g := got.(core.DeleteActionImpl)
@@ -309,7 +323,7 @@ func takenBy(t testing.TB, d *appsv1.Deployment, manager string, paths ...fieldp
 	t.Helper()
 	taken := fieldpath.NewSet(paths...)
 	for i, e := range d.ManagedFields {
-		if !isOurApply(e) {
+		if !isOurWrite(e) {
 			continue
 		}
 		ours := &fieldpath.Set{}
@@ -362,6 +376,21 @@ func applyDeploymentAction(bar *barv1.Bar, force bool) core.Action {
 			Resource: appsv1.SchemeGroupVersion.WithResource("deployments")},
 		Name: bar.Spec.Deployment.Name, PatchType: types.ApplyPatchType, Patch: body,
 		PatchOptions: metav1.PatchOptions{FieldManager: fieldManager, Force: ptr.To(force)},
+	}
+}
+
+// createDeploymentAction is the create of a Deployment the caches show
+// nobody holds: newDeployment's content as an object.
+func createDeploymentAction(bar *barv1.Bar) core.Action {
+	d, err := deploymentObject(newDeployment(bar))
+	if err != nil {
+		panic(err)
+	}
+	return core.CreateActionImpl{
+		ActionImpl: core.ActionImpl{Namespace: bar.Namespace, Verb: "create",
+			Resource: appsv1.SchemeGroupVersion.WithResource("deployments")},
+		Name: bar.Spec.Deployment.Name, Object: d,
+		CreateOptions: metav1.CreateOptions{FieldManager: fieldManager},
 	}
 }
 
@@ -421,6 +450,35 @@ func bumpResourceVersion(tracker core.ObjectTracker) core.ReactionFunc {
 			return false, nil, nil
 		}
 		return stampResourceVersion(tracker, strconv.Itoa(rv+1))(action)
+	}
+}
+
+// createWithResourceVersion stores a created object with a
+// resourceVersion, as a real API server does; the fake's own create keeps
+// it empty, and the controller waits for its caches to reach the
+// resourceVersion of its own writes (freshness.go).
+func createWithResourceVersion(tracker, metaTracker core.ObjectTracker) core.ReactionFunc {
+	var next atomic.Int64
+	next.Store(100)
+	return func(action core.Action) (bool, runtime.Object, error) {
+		create, ok := action.(core.CreateActionImpl)
+		if !ok {
+			return false, nil, nil
+		}
+		// A copy: the action the test reads back stays as sent.
+		obj := create.Object.DeepCopyObject()
+		m, err := meta.Accessor(obj)
+		if err != nil {
+			return false, nil, nil
+		}
+		m.SetResourceVersion(strconv.FormatInt(next.Add(1), 10))
+		create.Object = obj
+		handled, out, err := core.ObjectReaction(tracker)(create)
+		if err == nil {
+			err = metaTracker.Create(appsv1.SchemeGroupVersion.WithResource("deployments"), &metav1.PartialObjectMetadata{
+				TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"}, ObjectMeta: obj.(*appsv1.Deployment).ObjectMeta}, m.GetNamespace())
+		}
+		return handled, out, err
 	}
 }
 

@@ -113,8 +113,33 @@ func (t *writeTracker) forget(bar cache.ObjectName) {
 // staleCacheError means "try again shortly", not "something failed".
 type staleCacheError struct {
 	resource, wrote, read string
+	// ahead, if set, is the cache that has read up to wrote: the stale one
+	// is behind another cache rather than behind the controller's write.
+	ahead string
 }
 
 func (e *staleCacheError) Error() string {
+	if e.ahead != "" {
+		return fmt.Sprintf("%s cache has read up to resourceVersion %s but the %s cache up to %s", e.resource, e.read, e.ahead, e.wrote)
+	}
 	return fmt.Sprintf("%s cache has read up to resourceVersion %s but the controller wrote %s", e.resource, e.read, e.wrote)
+}
+
+// metadataCaughtUp returns a staleCacheError if the metadata cache of
+// Deployments has read less than the full one. The two watch the same
+// Deployments and deliver independently, so right after a Deployment of
+// ours is deleted, the full cache may have dropped it while the metadata
+// cache still holds it; a sync in that moment would take the Deployment
+// for one that lost its managed-by label, and announce its recreation as
+// an update. A Deployment that really lost its label is in the metadata
+// cache at the resourceVersion that removed it, which the full cache has
+// read as a delete: the metadata cache is then not behind.
+func metadataCaughtUp(full, meta rvStore) error {
+	f, m := full.LastStoreSyncResourceVersion(), meta.LastStoreSyncResourceVersion()
+	cmp, err := resourceversion.CompareResourceVersion(m, f)
+	if err != nil || cmp >= 0 {
+		// Not comparable (an empty store, a fake): never block on it.
+		return nil
+	}
+	return &staleCacheError{resource: "deployment metadata", read: m, wrote: f, ahead: "deployments"}
 }

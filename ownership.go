@@ -123,8 +123,8 @@ func desiredFields(want *appsv1ac.DeploymentApplyConfiguration) []desiredField {
 }
 
 // deploymentDrift lists the fields of want that need an apply; nil means
-// none does. It reads have's managedFields entry of this controller and
-// its desired-hash annotation, both of which trimDeployment keeps.
+// none does. It reads have's managedFields entries of this controller and
+// its desired-hash annotation, all of which trimDeployment keeps.
 func deploymentDrift(want *appsv1ac.DeploymentApplyConfiguration, have *appsv1.Deployment) []string {
 	diff := deploymentDiff(want, have)
 	if len(diff) == 0 {
@@ -156,26 +156,39 @@ func deploymentDrift(want *appsv1ac.DeploymentApplyConfiguration, have *appsv1.D
 	return drift
 }
 
-// appliedFields returns the fields this controller's apply owns in obj,
-// or nil if it owns none (it never applied, or its entry is unreadable).
+// appliedFields returns the fields this controller owns in obj through
+// its own writes of the object (the create that made it, the applies that
+// repaired it), or nil if it owns none (or an entry is unreadable).
 func appliedFields(obj metav1.Object) *fieldpath.Set {
+	var owned *fieldpath.Set
 	for _, e := range obj.GetManagedFields() {
-		if !isOurApply(e) || e.FieldsV1 == nil {
+		if !isOurWrite(e) || e.FieldsV1 == nil {
 			continue
 		}
 		set := &fieldpath.Set{}
 		if err := set.FromJSON(bytes.NewReader(e.FieldsV1.Raw)); err != nil {
 			return nil
 		}
-		return set
+		if owned == nil {
+			owned = set
+		} else {
+			owned = owned.Union(set)
+		}
 	}
-	return nil
+	return owned
 }
 
-// isOurApply tells this controller's apply entry of an object's
-// managedFields from the others (including its status writes).
-func isOurApply(e metav1.ManagedFieldsEntry) bool {
-	return e.Manager == fieldManager && e.Operation == metav1.ManagedFieldsOperationApply && e.Subresource == ""
+// isOurWrite tells this controller's entries of an object's managedFields
+// from the others (including its status writes): the Apply entry of its
+// server-side applies, and the Update entry of the create that made the
+// Deployment (applyDeployment). The API server records both from the
+// request as sent, before mutating admission (the create handler,
+// k8s.io/apiserver's pkg/endpoints/handlers/create.go, updates managed
+// fields before it admits), so in both a field admission rewrote stays
+// ours.
+func isOurWrite(e metav1.ManagedFieldsEntry) bool {
+	return e.Manager == fieldManager && e.Subresource == "" &&
+		(e.Operation == metav1.ManagedFieldsOperationApply || e.Operation == metav1.ManagedFieldsOperationUpdate)
 }
 
 // ownsField reports whether owned holds p, or anything under it: an atomic

@@ -22,6 +22,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 
@@ -85,6 +86,30 @@ func TestDeploymentDrift(t *testing.T) {
 			delete(d.Annotations, desiredHashAnnotation)
 			d.Spec.Replicas = ptr.To[int32](7)
 		}, []string{"spec.replicas"}},
+		{"created (not applied) by this controller, image rewritten by admission", nil, func(d *appsv1.Deployment) {
+			d.ManagedFields[0].Operation = metav1.ManagedFieldsOperationUpdate
+			d.Spec.Template.Spec.Containers[0].Image = "mirror.example/nginx:1.28.0"
+		}, nil},
+		{"created by this controller, then scaled", nil, func(d *appsv1.Deployment) {
+			d.ManagedFields[0].Operation = metav1.ManagedFieldsOperationUpdate
+			d.Spec.Replicas = ptr.To[int32](5)
+			takenBy(t, d, "kubectl", replicasPath)
+		}, []string{"spec.replicas"}},
+		{"created, then repaired by an apply: the fields of both entries are ours", nil, func(d *appsv1.Deployment) {
+			created := d.ManagedFields[0]
+			created.Operation = metav1.ManagedFieldsOperationUpdate
+			d.ManagedFields = append(d.ManagedFields, created)
+			// The repair's apply took the image back; the create's entry
+			// keeps the rest.
+			takenBy(t, d, "", imagePath)
+			d.ManagedFields[0].FieldsV1 = fieldsJSON(t, imagePath)
+			d.Spec.Template.Spec.Containers[0].Image = "mirror.example/nginx:1.28.0"
+		}, nil},
+		{"a status write's Update entry is not ours", nil, func(d *appsv1.Deployment) {
+			d.ManagedFields[0].Operation = metav1.ManagedFieldsOperationUpdate
+			d.ManagedFields[0].Subresource = "status"
+			d.Spec.Template.Spec.Containers[0].Image = "mirror.example/nginx:1.28.0"
+		}, []string{image}},
 		{"never applied by this controller, image differs", nil, func(d *appsv1.Deployment) {
 			d.ManagedFields = nil
 			d.Spec.Template.Spec.Containers[0].Image = "nginx:1.0.0"
@@ -103,6 +128,15 @@ func TestDeploymentDrift(t *testing.T) {
 			}
 		})
 	}
+}
+
+func fieldsJSON(t *testing.T, paths ...fieldpath.Path) *metav1.FieldsV1 {
+	t.Helper()
+	raw, err := fieldpath.NewSet(paths...).ToJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &metav1.FieldsV1{Raw: raw}
 }
 
 // The hash covers everything the apply sends, and only that.

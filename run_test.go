@@ -45,7 +45,7 @@ func TestRunFinishesSyncInProgressOnShutdown(t *testing.T) {
 
 	entered, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	f.kubeclient.PrependReactor("patch", "deployments", func(core.Action) (bool, runtime.Object, error) {
+	f.kubeclient.PrependReactor("create", "deployments", func(core.Action) (bool, runtime.Object, error) {
 		once.Do(func() { close(entered) })
 		<-release
 		return false, nil, nil // go on to the fake's own apply
@@ -105,7 +105,7 @@ func TestRunWritesEventsOfSyncsFinishedDuringShutdown(t *testing.T) {
 
 	entered, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	f.kubeclient.PrependReactor("patch", "deployments", func(core.Action) (bool, runtime.Object, error) {
+	f.kubeclient.PrependReactor("create", "deployments", func(core.Action) (bool, runtime.Object, error) {
 		once.Do(func() { close(entered) })
 		<-release
 		return false, nil, nil

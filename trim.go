@@ -44,7 +44,7 @@ func dropManagedFields(obj interface{}) (interface{}, error) {
 // deploymentDrift, deploymentReadiness and the handlers read, and drops the
 // rest: annotations but the desired hash (kubectl's last-applied
 // configuration among them), the managedFields of every manager but this
-// controller's apply, the pod template's spec beyond its containers' names,
+// controller's own writes, the pod template's spec beyond its containers' names,
 // images and resources (requests and limits), the strategy, and every field
 // the API server defaulted. What deploymentDrift compares must be kept here
 // too; TestTrimDeployment checks that drift and readiness do not change.
@@ -63,7 +63,7 @@ func trimDeployment(obj interface{}) (interface{}, error) {
 	}
 	var managedFields []metav1.ManagedFieldsEntry
 	for _, e := range d.ManagedFields {
-		if isOurApply(e) {
+		if isOurWrite(e) {
 			managedFields = append(managedFields, e)
 		}
 	}

@@ -107,7 +107,7 @@ func TestTrimDeployment(t *testing.T) {
 				trimmed.ResourceVersion != full.ResourceVersion || !reflect.DeepEqual(trimmed.OwnerReferences, full.OwnerReferences) {
 				t.Errorf("identity or owners lost: %+v", trimmed.ObjectMeta)
 			}
-			if len(trimmed.Annotations) != 1 || len(trimmed.ManagedFields) != 1 || !isOurApply(trimmed.ManagedFields[0]) ||
+			if len(trimmed.Annotations) != 1 || len(trimmed.ManagedFields) != 1 || !isOurWrite(trimmed.ManagedFields[0]) ||
 				trimmed.Spec.Template.Annotations != nil ||
 				trimmed.Spec.Strategy.RollingUpdate != nil || trimmed.Spec.Template.Spec.RestartPolicy != "" ||
 				trimmed.Spec.Template.Spec.Containers[0].Ports != nil {

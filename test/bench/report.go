@@ -166,7 +166,7 @@ default flags (only its listen addresses and kubeconfig are set, and
   over the median floor.
 - **Events all written**: how long after convergence the API server had
   received the run's last Event (one per Bar; the recorder writes them
-  after the syncs, at most 4 at a time).
+  after the syncs, in the slots they share with them).
 - **writes** are the API server's own counts (apiserver_request_total) over
   each controller run until all its Events were written, per Bar (mean of
   the runs), the bench's Bar creates taken out.

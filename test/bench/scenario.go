@@ -88,6 +88,8 @@ type scenario struct {
 	// rounds is the number of controller runs per scenario, each between
 	// two floors.
 	rounds int
+	// extraArgs are added to every controller's flags (--controller-args).
+	extraArgs []string
 }
 
 // eventsTimeout bounds the wait for a run's Events after convergence.
@@ -189,6 +191,7 @@ func (s scenario) startController(kubeconfig, name string, extra ...string) (*te
 		return nil, "", err
 	}
 	args := append([]string{"--kubeconfig=" + kubeconfig, "--metrics-bind-address=" + addrs[0], "--health-probe-bind-address=" + addrs[1]}, extra...)
+	args = append(args, s.extraArgs...)
 	p, err := testcluster.StartProcess(name, s.controller, filepath.Join(s.logDir, name+".log"), nil, args...)
 	if err != nil {
 		return nil, "", err
