@@ -39,6 +39,7 @@ type Document struct {
 // links there for the rest, so that the two never tell one run twice.
 var Documents = []Document{
 	{Path: "docs/informer-traces.md", Names: []string{"create", "scale", "rename", "restart", "restart-v6"}},
+	{Path: "docs/exercises.md", Names: []string{"delete", "foreign", "foreign-bar", "foreign-events", "foreign-delete", "metrics"}},
 }
 
 // In the document a capture is a fenced block between
@@ -49,7 +50,7 @@ var Documents = []Document{
 //	```
 //	<!-- /capture -->
 //
-// with prose free around it. A capture may be shown in several blocks with
+// with prose free around it. A log capture may be shown in two blocks with
 // the same name, prose between them: the create is shown as the create
 // itself and then the rollout that follows. The blocks of one name are one
 // capture to the comparison, so where a block ends is no part of it.
