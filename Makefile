@@ -34,11 +34,11 @@ run: build ## Start a local control plane with simulated nodes, run bar-controll
 
 # The control plane make run uses, the controller with --trace and the
 # flags make run gives it; each scenario waits for the Bar to converge and
-# the controller's log to go quiet (about 20 s in all). test/traces reruns
-# the same scenarios under make test and fails when the committed captures
-# drift from the code.
+# the controller's log to go quiet (about 35 s in all, the control plane's
+# start included). test/traces reruns the same scenarios under make test
+# and fails when the committed captures drift from the code.
 .PHONY: traces
-traces: build ## Rerun the scenarios of docs/informer-traces.md on a local control plane and rewrite its captures from the controller's --trace log.
+traces: build ## Rerun the scenarios of docs/informer-traces.md and the exercises of docs/exercises.md on a local control plane and rewrite their captures: the controller's --trace log, and what the exercises' commands print.
 	go build -o bin/traces ./hack/traces
 	kube_bin_dir="$$($(KUBE_BIN_DIR_CMD))" && bin/traces --bin-dir="$$kube_bin_dir" --controller=bin/bar-controller
 

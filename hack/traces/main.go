@@ -16,10 +16,13 @@ limitations under the License.
 
 // Command traces is "make traces": it reruns the scenarios of
 // docs/informer-traces.md (a create, a scale the controller puts back, a
-// rename, a restart and its relist, the relist at -v=6) on a local control
-// plane with the given bar-controller binary, and rewrites the captures
-// there. With --check it rewrites nothing and exits 1 if the document's
-// captures differ from the fresh ones in what the drift test compares.
+// rename, a restart and its relist, the relist at -v=6) and of
+// docs/exercises.md (the Deployment deleted, a foreign Deployment in the
+// Bar's way with what kubectl get bar -o wide and the Bar's Events show,
+// the work queue's metrics) on a local control plane with the given
+// bar-controller binary, and rewrites the captures in both documents. With
+// --check it rewrites nothing and exits 1 if a document's captures differ
+// from the fresh ones in what the drift test compares.
 package main
 
 import (
@@ -29,6 +32,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -56,8 +60,18 @@ func run(ctx context.Context, binDir, controller, dir string, check bool) error 
 	if binDir == "" {
 		return fmt.Errorf("no --bin-dir and no $%s: make traces passes the output of hack/install-k8s-binaries.sh", testcluster.BinDirEnv)
 	}
-	if _, err := os.Stat(traces.DocPath); err != nil {
-		return fmt.Errorf("run this from the repository root (make traces): %w", err)
+	// Every document read before the control plane: a missing one or
+	// broken markers fail at once, not after the run.
+	docs := make([]string, len(traces.Documents))
+	for i, d := range traces.Documents {
+		text, err := os.ReadFile(d.Path)
+		if err != nil {
+			return fmt.Errorf("run this from the repository root (make traces): %w", err)
+		}
+		if _, err := d.Committed(string(text)); err != nil {
+			return err
+		}
+		docs[i] = string(text)
 	}
 	controller, err := filepath.Abs(controller)
 	if err != nil {
@@ -78,36 +92,45 @@ func run(ctx context.Context, binDir, controller, dir string, check bool) error 
 	if err != nil {
 		return fmt.Errorf("%w\n(logs in %s)", err, filepath.Join(dir, "logs"))
 	}
-	doc, err := os.ReadFile(traces.DocPath)
-	if err != nil {
-		return err
-	}
-	diff, err := traces.Compare(string(doc), caps)
-	if err != nil {
-		return err
+	var drift []string
+	for i, d := range traces.Documents {
+		diff, err := d.Compare(docs[i], caps)
+		if err != nil {
+			return err
+		}
+		if diff != "" {
+			drift = append(drift, d.Path)
+		}
+		if check {
+			if diff != "" {
+				fmt.Printf("==> the captures in %s no longer match what the code prints:\n%s", d.Path, diff)
+			}
+			continue
+		}
+		out, err := d.Rewrite(docs[i], caps)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(d.Path, []byte(out), 0o644); err != nil {
+			return err
+		}
+		if diff == "" {
+			// The notes between the captures quote their numbers; a run that
+			// changed nothing else may as well be dropped.
+			fmt.Printf("==> rewrote the captures in %s; nothing changed in what test/traces compares.\n"+
+				"    The notes quote the old run's numbers: git checkout %s keeps it.\n", d.Path, d.Path)
+		} else {
+			fmt.Printf("==> rewrote the captures in %s; these changed, check the prose around them:\n%s", d.Path, diff)
+		}
 	}
 	if check {
-		if diff != "" {
-			return fmt.Errorf("the captures in %s no longer match what the code prints:\n%s", traces.DocPath, diff)
+		if len(drift) > 0 {
+			return fmt.Errorf("captures drifted in %s", strings.Join(drift, ", "))
 		}
-		fmt.Printf("==> %s matches what the code prints (%s)\n", traces.DocPath, time.Since(start).Round(time.Second))
+		fmt.Printf("==> %d documents match what the code prints (%s)\n", len(traces.Documents), time.Since(start).Round(time.Second))
 		return nil
 	}
-	out, err := traces.Rewrite(string(doc), caps)
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(traces.DocPath, []byte(out), 0o644); err != nil {
-		return err
-	}
-	if diff == "" {
-		// The notes between the captures quote their numbers; a run that
-		// changed nothing else may as well be dropped.
-		fmt.Printf("==> rewrote the captures in %s; nothing changed but timing and resourceVersions (%s).\n"+
-			"    The notes quote the old run's numbers: git checkout %s keeps it.\n", traces.DocPath, time.Since(start).Round(time.Second), traces.DocPath)
-	} else {
-		fmt.Printf("==> rewrote the captures in %s; these changed, check the prose around them:\n%s", traces.DocPath, diff)
-	}
+	fmt.Printf("==> done in %s\n", time.Since(start).Round(time.Second))
 	fmt.Printf("    logs in %s\n", filepath.Join(dir, "logs"))
 	return nil
 }

@@ -38,7 +38,11 @@ import (
 //     deliver independently, the event broadcaster logs when it gets to
 //     it, and all of them interleave with the worker;
 //   - on a relist, whether the Deployments' initial adds find the Bar
-//     (racesTheBarInformer).
+//     (racesTheBarInformer);
+//   - after a Deployment's delete, which of the two Deployment informers
+//     delivers it first, and so how the sync recreates it: only exercise
+//     2's capture has that, and its form makes the two one (recreated, in
+//     kinds.go, which also holds the forms of the commands' outputs).
 //
 // What stays, and is compared:
 //  1. the syncs that write the Deployment (apply or delete), in order,

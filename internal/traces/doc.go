@@ -23,12 +23,24 @@ import (
 	"strings"
 )
 
-// DocPath is the document whose captures these are, from the repository root.
-const DocPath = "docs/informer-traces.md"
+// A Document is one file of the repository that shows captures: Path,
+// from the repository root, and Names, the captures it shows, in the order
+// it tells them. It must show each of them, and no other: a capture the
+// document no longer has, or one the scenarios do not make, is an error
+// rather than a block left unchecked.
+type Document struct {
+	Path  string
+	Names []string
+}
 
-// Names are the captures, in the order the scenarios run and the document
-// tells them.
-var Names = []string{"create", "scale", "rename", "restart", "restart-v6"}
+// Documents are the files make traces rewrites and test/traces checks,
+// each capture from the same run. A capture may be shown in more than one
+// document; exercises.md shows only what informer-traces.md does not, and
+// links there for the rest, so that the two never tell one run twice.
+var Documents = []Document{
+	{Path: "docs/informer-traces.md", Names: []string{"create", "scale", "rename", "restart", "restart-v6"}},
+	{Path: "docs/exercises.md", Names: []string{"delete", "foreign", "foreign-bar", "foreign-events", "foreign-delete", "metrics"}},
+}
 
 // In the document a capture is a fenced block between
 //
@@ -38,7 +50,7 @@ var Names = []string{"create", "scale", "rename", "restart", "restart-v6"}
 //	```
 //	<!-- /capture -->
 //
-// with prose free around it. A capture may be shown in several blocks with
+// with prose free around it. A log capture may be shown in two blocks with
 // the same name, prose between them: the create is shown as the create
 // itself and then the rollout that follows. The blocks of one name are one
 // capture to the comparison, so where a block ends is no part of it.
@@ -52,7 +64,8 @@ type span struct {
 	start, end int // the fenced block's content: lines[start:end]
 }
 
-func spans(lines []string) ([]span, error) {
+// spans finds the document's capture blocks. Its errors name the document.
+func (d Document) spans(lines []string) ([]span, error) {
 	var out []span
 	for i := 0; i < len(lines); i++ {
 		m := openMarker.FindStringSubmatch(lines[i])
@@ -60,23 +73,23 @@ func spans(lines []string) ([]span, error) {
 			continue
 		}
 		if i+1 >= len(lines) || lines[i+1] != "```" {
-			return nil, fmt.Errorf("line %d: capture %s: the marker must be followed by a ``` line", i+1, m[1])
+			return nil, fmt.Errorf("%s:%d: capture %s: the marker must be followed by a ``` line", d.Path, i+1, m[1])
 		}
 		end := slices.Index(lines[i+2:], "```")
 		if end < 0 || i+2+end+1 >= len(lines) || lines[i+2+end+1] != closeMarker {
-			return nil, fmt.Errorf("line %d: capture %s: want the fenced block closed by ``` and then %s", i+1, m[1], closeMarker)
+			return nil, fmt.Errorf("%s:%d: capture %s: want the fenced block closed by ``` and then %s", d.Path, i+1, m[1], closeMarker)
 		}
 		out = append(out, span{name: m[1], start: i + 2, end: i + 2 + end})
 		i += 2 + end + 1
 	}
-	for _, n := range Names {
+	for _, n := range d.Names {
 		if !slices.ContainsFunc(out, func(s span) bool { return s.name == n }) {
-			return nil, fmt.Errorf("no capture %s in the document (a line <!-- capture: %s --> before its fenced block)", n, n)
+			return nil, fmt.Errorf("%s: no capture %s (a line <!-- capture: %s --> before its fenced block)", d.Path, n, n)
 		}
 	}
 	for _, s := range out {
-		if !slices.Contains(Names, s.name) {
-			return nil, fmt.Errorf("capture %s in the document: no scenario of that name (known: %s)", s.name, strings.Join(Names, ", "))
+		if !slices.Contains(d.Names, s.name) {
+			return nil, fmt.Errorf("%s:%d: capture %s is not one of this document's (%s)", d.Path, s.start-1, s.name, strings.Join(d.Names, ", "))
 		}
 	}
 	return out, nil
@@ -84,9 +97,9 @@ func spans(lines []string) ([]span, error) {
 
 // Committed returns the captures as the document shows them, the blocks of
 // one name joined.
-func Committed(doc string) (Captures, error) {
-	lines := strings.Split(doc, "\n")
-	sp, err := spans(lines)
+func (d Document) Committed(text string) (Captures, error) {
+	lines := strings.Split(text, "\n")
+	sp, err := d.spans(lines)
 	if err != nil {
 		return nil, err
 	}
@@ -97,32 +110,35 @@ func Committed(doc string) (Captures, error) {
 	return out, nil
 }
 
-// Rewrite returns doc with every capture replaced by caps'. A capture
-// shown in two blocks is cut after the first sync that wrote nothing,
-// following the first that wrote: the first block is then the create
-// itself and its echo, the second what came after.
-func Rewrite(doc string, caps Captures) (string, error) {
-	lines := strings.Split(doc, "\n")
-	sp, err := spans(lines)
+// Rewrite returns text with every capture replaced by caps'. A log
+// capture shown in two blocks is cut after the first sync that wrote
+// nothing, following the first that wrote: the first block is then the
+// create itself and its echo, the second what came after.
+func (d Document) Rewrite(text string, caps Captures) (string, error) {
+	lines := strings.Split(text, "\n")
+	sp, err := d.spans(lines)
 	if err != nil {
 		return "", err
 	}
 	parts := map[string][][]string{}
-	for _, n := range Names {
+	for _, n := range d.Names {
+		if _, ok := caps[n]; !ok {
+			return "", fmt.Errorf("%s: the run made no capture %s", d.Path, n)
+		}
 		count := 0
 		for _, s := range sp {
 			if s.name == n {
 				count++
 			}
 		}
-		switch count {
-		case 1:
+		switch {
+		case count == 1:
 			parts[n] = [][]string{caps[n]}
-		case 2:
+		case count == 2 && kindOf(n).split:
 			cut := firstEcho(caps[n])
 			parts[n] = [][]string{caps[n][:cut], caps[n][cut:]}
 		default:
-			return "", fmt.Errorf("capture %s is shown in %d blocks; one or two are supported", n, count)
+			return "", fmt.Errorf("%s: capture %s is shown in %d blocks; %s", d.Path, n, count, kindOf(n).blocks())
 		}
 	}
 	var out []string
@@ -163,17 +179,22 @@ func firstEcho(lines []string) int {
 	return len(lines)
 }
 
-// Compare returns, for every capture that differs in its comparable form
-// (Summary), a diff from the document's to the fresh one; "" if none does.
-func Compare(doc string, fresh Captures) (string, error) {
-	committed, err := Committed(doc)
+// Compare returns, for every capture of the document that differs in its
+// comparable form (Summary for the logs, see kinds.go for the others), a
+// diff from the document's to the fresh one; "" if none does.
+func (d Document) Compare(text string, fresh Captures) (string, error) {
+	committed, err := d.Committed(text)
 	if err != nil {
 		return "", err
 	}
 	var out strings.Builder
-	for _, n := range Names {
-		if d := Diff(Summary(committed[n]), Summary(fresh[n])); d != "" {
-			fmt.Fprintf(&out, "capture %s (- %s, + what the code prints now):\n%s\n", n, DocPath, d)
+	for _, n := range d.Names {
+		if _, ok := fresh[n]; !ok {
+			return "", fmt.Errorf("%s: the run made no capture %s", d.Path, n)
+		}
+		summary := kindOf(n).summary
+		if diff := Diff(summary(committed[n]), summary(fresh[n])); diff != "" {
+			fmt.Fprintf(&out, "capture %s (- %s, + what the code prints now):\n%s\n", n, d.Path, diff)
 		}
 	}
 	return out.String(), nil

@@ -14,11 +14,13 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-// Package traces reruns the scenarios whose --trace output
-// docs/informer-traces.md shows, on a local control plane, and compares or
-// rewrites the captures there. "make traces" (hack/traces) rewrites them;
-// test/traces fails when the committed ones no longer match what the code
-// prints.
+// Package traces reruns the scenarios whose output the docs show, on a
+// local control plane, and compares or rewrites the captures there (the
+// Documents): the controller's --trace log in docs/informer-traces.md, and
+// in docs/exercises.md the exercises' own, with what the commands an
+// exercise tells the learner to run print. "make traces" (hack/traces)
+// rewrites them; test/traces fails when the committed ones no longer match
+// what the code prints.
 package traces
 
 import (
@@ -62,12 +64,13 @@ type Options struct {
 	Logf func(format string, args ...any)
 }
 
-// Captures holds, per capture name, the controller's log lines for that
-// scenario as the docs show them (Select): klog text with its timestamps.
+// Captures holds, per capture name, its lines as the docs show them: the
+// controller's log lines for a scenario (Select), klog text with its
+// timestamps, or what a command printed (kinds.go).
 type Captures map[string][]string
 
 // Run starts a control plane, runs the scenarios in the order the docs
-// tell them, and returns their log lines. Each scenario waits for the Bar
+// tell them, and returns their captures. Each scenario waits for the Bar
 // to converge and the controller's log to go quiet, so a capture ends
 // where the story does rather than at a fixed time.
 func Run(ctx context.Context, opts Options) (Captures, error) {
@@ -93,29 +96,34 @@ func Run(ctx context.Context, opts Options) (Captures, error) {
 	}
 	logf("control plane up after %s", time.Since(start).Round(time.Second))
 
-	s := &scenarios{opts: opts, cluster: cluster, logf: logf,
+	s := &scenarios{opts: opts, cluster: cluster, logf: logf, out: Captures{},
 		kube: kubernetes.NewForConfigOrDie(cluster.Config), bars: clientset.NewForConfigOrDie(cluster.Config)}
 	defer s.stop()
-	out := Captures{}
+	// One chain on one control plane, in the order the exercises run
+	// them: each scenario starts from the state the one before left, as a
+	// learner's does (the restart finds example-web, the foreign
+	// Deployment takes the name of a Bar at 3 replicas).
 	for _, step := range []struct {
 		name string
-		run  func(context.Context) ([]string, error)
+		run  func(context.Context) error
 	}{
 		{"create", s.create},
+		{"delete", s.deleteDeployment},
 		{"scale", s.scale},
 		{"rename", s.rename},
 		{"restart", s.restart},
 		{"restart-v6", s.restartV6},
+		{"foreign", s.foreign},
+		{"foreign-delete", s.foreignDelete},
+		{"metrics", s.scrapeMetrics},
 	} {
 		t := time.Now()
-		lines, err := step.run(ctx)
-		if err != nil {
+		if err := step.run(ctx); err != nil {
 			return nil, fmt.Errorf("scenario %s: %w", step.name, err)
 		}
-		out[step.name] = Select(lines)
-		logf("scenario %s: %d log lines in %s", step.name, len(lines), time.Since(t).Round(100*time.Millisecond))
+		logf("scenario %s: %d lines captured in %s", step.name, len(s.out[step.name]), time.Since(t).Round(100*time.Millisecond))
 	}
-	return out, nil
+	return s.out, nil
 }
 
 type scenarios struct {
@@ -125,8 +133,10 @@ type scenarios struct {
 	bars    clientset.Interface
 	logf    func(string, ...any)
 
-	proc *testcluster.Process
-	runs int
+	proc        *testcluster.Process
+	metricsAddr string // the running controller's metrics address
+	runs        int
+	out         Captures
 }
 
 // startController runs bar-controller as make run does (--v=2 and the
@@ -147,7 +157,7 @@ func (s *scenarios) startController(ctx context.Context, verbosity int) error {
 	if err != nil {
 		return err
 	}
-	s.proc = p
+	s.proc, s.metricsAddr = p, addrs[0]
 	readyz := "http://" + addrs[1] + "/readyz"
 	return p.WaitReady(ctx, time.Minute, func(ctx context.Context) error {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, readyz, nil)
@@ -177,57 +187,57 @@ func (s *scenarios) stop() {
 
 // create: a controller whose caches synced on a cluster with no Bars, then
 // the example Bar, until the Deployment is rolled out and the Bar says so.
-func (s *scenarios) create(ctx context.Context) ([]string, error) {
+func (s *scenarios) create(ctx context.Context) error {
 	if err := s.startController(ctx, 2); err != nil {
-		return nil, err
+		return err
 	}
 	if _, err := s.cluster.Kubectl(ctx, "apply", "-f", filepath.Join(s.opts.Root, "artifacts", "examples", "example-bar.yaml")); err != nil {
-		return nil, err
+		return err
 	}
-	return s.settle(ctx, 0, "example-nginx", 2, "")
+	return s.settle(ctx, "create", 0, "example-nginx", 2, "")
 }
 
 // scale: someone scales the Deployment the controller owns; the controller
 // puts spec.replicas back, and kube-controller-manager scales down again.
-func (s *scenarios) scale(ctx context.Context) ([]string, error) {
+func (s *scenarios) scale(ctx context.Context) error {
 	from := s.logSize()
 	if _, err := s.cluster.Kubectl(ctx, "scale", "deployment", "example-nginx", "--replicas=5"); err != nil {
-		return nil, err
+		return err
 	}
-	return s.settle(ctx, from, "example-nginx", 2, "")
+	return s.settle(ctx, "scale", from, "example-nginx", 2, "")
 }
 
 // rename: spec.deployment.name changes; the new Deployment is created, the
 // old one deleted once the new one is available.
-func (s *scenarios) rename(ctx context.Context) ([]string, error) {
+func (s *scenarios) rename(ctx context.Context) error {
 	from := s.logSize()
 	if _, err := s.cluster.Kubectl(ctx, "patch", "bar", barName, "--type=merge", "-p", `{"spec":{"deployment":{"name":"example-web"}}}`); err != nil {
-		return nil, err
+		return err
 	}
-	return s.settle(ctx, from, "example-web", 2, "example-nginx")
+	return s.settle(ctx, "rename", from, "example-web", 2, "example-nginx")
 }
 
 // restart: the controller stops, the Bar is scaled while nobody watches,
 // and a new controller relists.
-func (s *scenarios) restart(ctx context.Context) ([]string, error) {
+func (s *scenarios) restart(ctx context.Context) error {
 	s.stop()
 	if _, err := s.cluster.Kubectl(ctx, "scale", "bar", barName, "--replicas=3"); err != nil {
-		return nil, err
+		return err
 	}
 	if err := s.startController(ctx, 2); err != nil {
-		return nil, err
+		return err
 	}
-	return s.settle(ctx, 0, "example-web", 3, "")
+	return s.settle(ctx, "restart", 0, "example-web", 3, "")
 }
 
 // restartV6: the same relist at -v=6, where client-go logs the requests:
 // the WatchList watches and their bookmarks. Nothing changed meanwhile.
-func (s *scenarios) restartV6(ctx context.Context) ([]string, error) {
+func (s *scenarios) restartV6(ctx context.Context) error {
 	s.stop()
 	if err := s.startController(ctx, 6); err != nil {
-		return nil, err
+		return err
 	}
-	return s.settle(ctx, 0, "example-web", 3, "")
+	return s.settle(ctx, "restart-v6", 0, "example-web", 3, "")
 }
 
 func (s *scenarios) logSize() int64 {
@@ -245,41 +255,68 @@ func (s *scenarios) logSize() int64 {
 const quiet = 2 * time.Second
 
 // settle waits until the Bar reports replicas available for Deployment
-// deployment (and gone is gone, if set), then until the controller's log
-// has been quiet for a while, and returns the log's lines after offset
-// from.
-func (s *scenarios) settle(ctx context.Context, from int64, deployment string, replicas int32, gone string) ([]string, error) {
+// deployment (and gone is gone, if set), then records the controller's log
+// after offset from as capture name (logged).
+func (s *scenarios) settle(ctx context.Context, name string, from int64, deployment string, replicas int32, gone string) error {
+	if err := s.waitFor(ctx, func(ctx context.Context) error { return s.converged(ctx, deployment, replicas, gone) }); err != nil {
+		return err
+	}
+	return s.logged(ctx, name, from)
+}
+
+// waitFor polls cond until it is nil, for up to 90 s, and fails early if
+// the controller exits.
+func (s *scenarios) waitFor(ctx context.Context, cond func(context.Context) error) error {
 	ctx, cancel := context.WithTimeout(ctx, 90*time.Second)
 	defer cancel()
-	var last error
 	for {
-		if last = s.converged(ctx, deployment, replicas, gone); last == nil {
-			break
+		last := cond(ctx)
+		if last == nil {
+			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("not converged: %v%s", last, s.proc.LogTail(30))
+			return fmt.Errorf("not converged: %v%s", last, s.proc.LogTail(30))
 		case <-s.proc.Exited():
-			return nil, fmt.Errorf("bar-controller exited (%v)%s", s.proc.State(), s.proc.LogTail(30))
+			return fmt.Errorf("bar-controller exited (%v)%s", s.proc.State(), s.proc.LogTail(30))
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// logged waits until the controller's log has been quiet for a while, and
+// records its lines after offset from, as the docs show them (Select), as
+// capture name.
+func (s *scenarios) logged(ctx context.Context, name string, from int64) error {
+	size, err := s.quietLog(ctx)
+	if err != nil {
+		return err
+	}
+	data, err := os.ReadFile(s.proc.LogPath)
+	if err != nil {
+		return err
+	}
+	s.out[name] = Select(strings.Split(strings.TrimRight(string(data[from:size]), "\n"), "\n"))
+	return nil
+}
+
+// quietLog waits until the controller's log has not grown for quiet, and
+// returns its size then.
+func (s *scenarios) quietLog(ctx context.Context) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
 	size, since := s.logSize(), time.Now()
 	for time.Since(since) < quiet {
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("the controller's log never went quiet for %s%s", quiet, s.proc.LogTail(30))
+			return 0, fmt.Errorf("the controller's log never went quiet for %s%s", quiet, s.proc.LogTail(30))
 		case <-time.After(100 * time.Millisecond):
 		}
 		if n := s.logSize(); n != size {
 			size, since = n, time.Now()
 		}
 	}
-	data, err := os.ReadFile(s.proc.LogPath)
-	if err != nil {
-		return nil, err
-	}
-	return strings.Split(strings.TrimRight(string(data[from:size]), "\n"), "\n"), nil
+	return size, nil
 }
 
 // converged is nil once the Bar's status describes its spec with every

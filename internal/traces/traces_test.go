@@ -83,27 +83,39 @@ func TestSummaryLeavesOutWhatVaries(t *testing.T) {
 	}
 }
 
-func TestRewriteKeepsProseAndSplitsTheCreate(t *testing.T) {
+// testDoc is a document with every capture of informer-traces.md, each
+// with prose before it, and the create in two blocks.
+func testDoc(names []string) string {
 	var doc []string
-	for _, n := range Names {
+	for _, n := range names {
 		doc = append(doc, "prose before "+n, "<!-- capture: "+n+" -->", "```", "old", "```", "<!-- /capture -->")
 		if n == "create" {
 			doc = append(doc, "prose between", "<!-- capture: create -->", "```", "```", "<!-- /capture -->")
 		}
 	}
+	return strings.Join(doc, "\n")
+}
+
+func testCaptures(names []string) Captures {
 	caps := Captures{}
-	for _, n := range Names {
+	for _, n := range names {
 		caps[n] = []string{"I1124 03:17:34.000000 x.go:1] \"" + n + "\""}
 	}
 	caps["create"] = Select(rawCreate)
-	out, err := Rewrite(strings.Join(doc, "\n"), caps)
+	return caps
+}
+
+func TestRewriteKeepsProseAndSplitsTheCreate(t *testing.T) {
+	d := Documents[0]
+	caps := testCaptures(d.Names)
+	out, err := d.Rewrite(testDoc(d.Names), caps)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if strings.Contains(out, "\nold\n") || !strings.Contains(out, "prose between") || !strings.Contains(out, "prose before restart-v6") {
 		t.Fatalf("Rewrite lost prose or kept an old capture:\n%s", out)
 	}
-	back, err := Committed(out)
+	back, err := d.Committed(out)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,5 +125,76 @@ func TestRewriteKeepsProseAndSplitsTheCreate(t *testing.T) {
 	first := strings.Index(out, "<!-- /capture -->")
 	if !strings.Contains(out[:first], `"Sync done" took="555.097µs"`) || strings.Contains(out[:first], `"updateDeployment"`) {
 		t.Errorf("the first block should end with the echo sync:\n%s", out[:first])
+	}
+	if d, err := d.Compare(out, caps); err != nil || d != "" {
+		t.Errorf("a document just rewritten from captures differs from them: %v\n%s", err, d)
+	}
+}
+
+// Two documents may show the same capture; each is checked and rewritten
+// on its own, and each must show all of its captures and no other.
+func TestDocumentsAreCheckedEachOnItsOwn(t *testing.T) {
+	traces := Document{Path: "docs/a.md", Names: []string{"create", "scale"}}
+	exercises := Document{Path: "docs/b.md", Names: []string{"scale", "metrics"}}
+	caps := testCaptures([]string{"create", "scale"})
+	caps["metrics"] = []string{`workqueue_depth{name="bars"} 0`}
+
+	for _, d := range []Document{traces, exercises} {
+		out, err := d.Rewrite(testDoc(d.Names), caps)
+		if err != nil {
+			t.Fatalf("%s: %v", d.Path, err)
+		}
+		back, err := d.Committed(out)
+		if err != nil {
+			t.Fatalf("%s: %v", d.Path, err)
+		}
+		if !slices.Equal(back["scale"], caps["scale"]) {
+			t.Errorf("%s: the shared capture scale is %q, want %q", d.Path, back["scale"], caps["scale"])
+		}
+	}
+
+	for _, tc := range []struct {
+		name string
+		doc  Document
+		text string
+		want string
+	}{{
+		name: "a capture missing",
+		doc:  exercises,
+		text: testDoc([]string{"scale"}),
+		want: "docs/b.md: no capture metrics (a line <!-- capture: metrics --> before its fenced block)",
+	}, {
+		name: "a capture of another document",
+		doc:  exercises,
+		text: testDoc([]string{"create", "scale", "metrics"}),
+		want: "docs/b.md:2: capture create is not one of this document's (scale, metrics)",
+	}, {
+		name: "a marker without its block",
+		doc:  traces,
+		text: "<!-- capture: create -->\nno fence",
+		want: "docs/a.md:1: capture create: the marker must be followed by a ``` line",
+	}, {
+		name: "a command's output in two blocks",
+		doc:  exercises,
+		text: testDoc([]string{"scale", "metrics", "metrics"}),
+		want: "docs/b.md: capture metrics is shown in 2 blocks; a command's output is shown in one",
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := tc.doc.Rewrite(tc.text, caps)
+			if err == nil || err.Error() != tc.want {
+				t.Errorf("Rewrite: got error %v, want %q", err, tc.want)
+			}
+			if tc.name == "a command's output in two blocks" {
+				return // Committed joins the blocks; only Rewrite must cut them.
+			}
+			if _, err := tc.doc.Compare(tc.text, caps); err == nil || err.Error() != tc.want {
+				t.Errorf("Compare: got error %v, want %q", err, tc.want)
+			}
+		})
+	}
+
+	if _, err := exercises.Compare(testDoc(exercises.Names), Captures{"scale": caps["scale"]}); err == nil ||
+		err.Error() != "docs/b.md: the run made no capture metrics" {
+		t.Errorf("Compare with a capture the run did not make: got %v", err)
 	}
 }

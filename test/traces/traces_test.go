@@ -14,8 +14,8 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-// Package traces checks that the captures in docs/informer-traces.md are
-// what the code prints: it reruns their scenarios on a control plane of
+// Package traces checks that the captures in docs/informer-traces.md and
+// docs/exercises.md are what the code prints: it reruns their scenarios on a control plane of
 // its own (a controller watching all namespaces, as the docs' does, would
 // fight the other suites' controllers over their Bars) and compares.
 package traces
@@ -41,14 +41,18 @@ func TestCapturesMatchTheCode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	doc, err := os.ReadFile(filepath.Join(root, traces.DocPath))
-	if err != nil {
-		t.Fatal(err)
-	}
 	// Before the control plane: a document whose markers are broken
 	// fails at once.
-	if _, err := traces.Committed(string(doc)); err != nil {
-		t.Fatalf("%s: %v", traces.DocPath, err)
+	docs := make([]string, len(traces.Documents))
+	for i, d := range traces.Documents {
+		text, err := os.ReadFile(filepath.Join(root, d.Path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := d.Committed(string(text)); err != nil {
+			t.Fatal(err)
+		}
+		docs[i] = string(text)
 	}
 	dir := t.TempDir()
 	controller, err := testcluster.BuildController(dir)
@@ -69,13 +73,16 @@ func TestCapturesMatchTheCode(t *testing.T) {
 			t.Errorf("bar-controller reported a data race:\n%s", data)
 		}
 	}
-	diff, err := traces.Compare(string(doc), caps)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if diff != "" {
-		t.Errorf("the captures in %s no longer match what the code prints; run make traces and check the prose around them.\n"+
-			"Compared: the syncs that wrote the Deployment in order, the last status write, and the lines of syncs and of informers as sets, "+
-			"with resourceVersions, durations, queue depths and collapses left out.\n\n%s", traces.DocPath, diff)
+	for i, d := range traces.Documents {
+		diff, err := d.Compare(docs[i], caps)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff != "" {
+			t.Errorf("the captures in %s no longer match what the code prints; run make traces and check the prose around them.\n"+
+				"Compared: for logs, the syncs that wrote the Deployment in order, the last status write, and the lines of syncs and of informers as sets, "+
+				"with resourceVersions, durations, queue depths and collapses left out; for kubectl tables, the columns but ages; "+
+				"for metrics, the series' names and labels, not their values.\n\n%s", d.Path, diff)
+		}
 	}
 }
