@@ -40,12 +40,13 @@ import (
 //   - on a relist, whether the Deployments' initial adds find the Bar
 //     (racesTheBarInformer);
 //   - after a Deployment's delete, which of the two Deployment informers
-//     delivers it first, and so how the sync recreates it: only exercise
-//     2's capture has that, and its form makes the two one (recreated, in
-//     kinds.go, which also holds the forms of the commands' outputs).
+//     delivers it first: a sync between the two either still finds the
+//     old Deployment (and writes nothing) or waits for the metadata cache
+//     (stale_cache, see metadataCaughtUp in freshness.go). The commands'
+//     outputs have forms of their own (kinds.go).
 //
 // What stays, and is compared:
-//  1. the syncs that write the Deployment (apply or delete), in order,
+//  1. the syncs that write the Deployment (create, apply or delete), in order,
 //     line by line: the decisions and requests a scenario is about;
 //  2. the last status write: what the Bar settles on;
 //  3. every line a sync logs, as a set, with the status reason of
@@ -65,7 +66,8 @@ type block struct {
 func (b block) writesDeployment() bool {
 	for _, l := range b.lines {
 		c := l.value("call")
-		if l.msg == "API call" && (strings.HasPrefix(c, `"apply deployments/`) || strings.HasPrefix(c, `"delete deployments/`)) {
+		if l.msg == "API call" && (strings.HasPrefix(c, `"create deployments/`) || strings.HasPrefix(c, `"apply deployments/`) ||
+			strings.HasPrefix(c, `"delete deployments/`)) {
 			return true
 		}
 	}

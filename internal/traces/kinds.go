@@ -17,7 +17,6 @@ limitations under the License.
 package traces
 
 import (
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -46,15 +45,11 @@ func (k kind) blocks() string {
 // kinds are the captures compared otherwise than as a plain log, by name;
 // every other capture is a log.
 var kinds = map[string]kind{
-	// Exercise 2's log: Summary, with the two ways a sync recreates a
-	// deleted Deployment made one (recreated).
-	"delete": {summary: func(lines []string) []string { return Summary(recreated(lines)) }, split: true},
 	// kubectl get bar -o wide: AGE counts from the Bar's creation.
 	"foreign-bar": {summary: Columns("AGE")},
 	// kubectl get events: LAST SEEN is an age too, with the series'
-	// "(x2 over 5s)" when an Event repeated. The Events include exercise
-	// 2's, which name the recreate as the sync did.
-	"foreign-events": {summary: func(lines []string) []string { return recreated(Columns("LAST SEEN")(lines)) }},
+	// "(x2 over 5s)" when an Event repeated.
+	"foreign-events": {summary: Columns("LAST SEEN")},
 	"metrics":        {summary: Metrics},
 }
 
@@ -64,48 +59,6 @@ func kindOf(name string) kind {
 	}
 	return kind{summary: Summary, split: true}
 }
-
-// recreated rewrites one of the two ways the controller recreates a
-// deleted Deployment into the other. Exercise 2 deletes the Deployment,
-// and both Deployment informers (main.go: the managed Deployments, and
-// every Deployment's metadata) deliver the delete, in an order the API
-// server's watch cache does not fix; the sync that the first one enqueues
-// starts within microseconds and reads both caches before the second has
-// it. What that sync decides depends on which informer came first:
-//   - the managed one: no Deployment in its cache, but the metadata cache
-//     still shows one the Bar controls, as if someone had removed its
-//     managed-by label. "Deployment lost its managed-by label: apply with
-//     force", and the forced apply creates it: "Applied Deployment"
-//     created=false, and a DeploymentUpdated Event for metadata.labels;
-//   - the metadata one: the managed cache still holds the old Deployment,
-//     up to date, so no write; the sync after the other informer's delete
-//     says "no Deployment in the cache: create it", created=true, and a
-//     DeploymentCreated Event (as when both had the delete in time).
-//
-// Both happen from one run to the next on the same machine. The first is
-// rewritten into the second, line by line in the log and row by row in
-// the Events table; the extra sync of the second writes nothing, and its
-// lines are the same as those of the syncs after it. Everything else in
-// those lines is still compared, and the rewrite applies to these two
-// captures only: elsewhere a created=false is an update, not a race.
-func recreated(lines []string) []string {
-	out := make([]string, len(lines))
-	for i, l := range lines {
-		l = strings.Replace(l, `"Deployment lost its managed-by label: apply with force"`, `"no Deployment in the cache: create it"`, 1)
-		if strings.Contains(l, `"Applied Deployment" `) {
-			l = strings.Replace(l, " created=false", " created=true", 1)
-		}
-		l = labelsUpdate.ReplaceAllString(l, "DeploymentCreated${1}Created Deployment ${2}")
-		l = strings.Replace(l, `action="Update" note="Created Deployment `, `action="Create" note="Created Deployment `, 1)
-		out[i] = l
-	}
-	return out
-}
-
-// labelsUpdate matches the Event of a forced apply that only put the
-// managed-by label back, in a log line (reason, action, note) or a row of
-// kubectl get events (REASON, OBJECT, MESSAGE).
-var labelsUpdate = regexp.MustCompile(`DeploymentUpdated(.*)Updated Deployment ([a-z0-9.-]+) to match the Bar: metadata\.labels`)
 
 // Columns returns the comparable form of a kubectl table without the
 // columns named: its header, then each row as its cells joined by " | ",

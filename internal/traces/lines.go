@@ -105,6 +105,7 @@ var kept = map[string]bool{
 	"Caches populated":                    true,
 	"Caches are synced":                   true,
 	"Started workers":                     true,
+	"Created Deployment":                  true,
 	"Applied Deployment":                  true,
 	"Deleted old Deployment":              true,
 	"Event occurred":                      true,
@@ -137,7 +138,7 @@ func Select(log []string) []string {
 // the scheduler and the watch streams have it.
 var worker = map[string]bool{
 	"Dequeued": true, "Sync started": true, "Sync": true, "API call": true, "API call failed": true,
-	"Sync done": true, "Applied Deployment": true, "Deleted old Deployment": true,
+	"Sync done": true, "Created Deployment": true, "Applied Deployment": true, "Deleted old Deployment": true,
 }
 
 var (
