@@ -25,10 +25,13 @@ limitations under the License.
 // (additive increase, multiplicative decrease):
 //
 //   - rejected (429, or any answer with Retry-After): halve, at once;
-//   - slow: when most requests of a window took more than Tolerance times
-//     the fastest this process has seen for the same kind of request, the
-//     API server is queueing, and more in flight only adds to the queue:
-//     shrink by a tenth;
+//   - slower: when most requests of a window took more than Tolerance
+//     times the recent average of the same kind of request, the API
+//     server has started queueing, and more in flight only adds to the
+//     queue: shrink by a tenth. The average, not the fastest answer ever:
+//     on a busy API server every answer is slower than on an idle one,
+//     and more in flight may still get more done; what says "too many"
+//     is latency that rises as the limit does;
 //   - otherwise, if the window used the whole limit: one more (double,
 //     until the first decrease: the slow start).
 //
@@ -60,14 +63,9 @@ const (
 type Config struct {
 	// Min and Max bound the limit; Initial is where it starts.
 	Min, Max, Initial int
-	// Tolerance is how many times its kind's fastest answer a request may
-	// take before it counts as slow. Default 2.
+	// Tolerance is how many times the recent average of its kind a
+	// request may take before it counts as slow. Default 2.
 	Tolerance float64
-	// BaselineEpoch is how long the fastest answer of a kind is
-	// remembered: the baseline is the fastest of this epoch and the last,
-	// so it follows an API server that got slower for good (a larger
-	// etcd, another machine) within two epochs. Default 30 s.
-	BaselineEpoch time.Duration
 	// OnChange, if set, is called (without the Limiter's lock) after each
 	// change of the whole-number limit.
 	OnChange func(Change)
@@ -98,7 +96,8 @@ type Limiter struct {
 	// before it belong to no window.
 	changed time.Time
 	win     window
-	base    map[string]*baseline
+	// avg is the recent average answer time of each kind of request.
+	avg map[string]float64
 }
 
 type window struct {
@@ -106,13 +105,6 @@ type window struct {
 	// full: the limit was reached during the window (in use, or a
 	// waiter queued): only then does an increase make sense.
 	full bool
-}
-
-// baseline is the fastest answer of one kind of request, over the
-// current epoch and the one before.
-type baseline struct {
-	epochStart  time.Time
-	cur, before time.Duration // 0: none yet
 }
 
 // New returns a Limiter at cfg.Initial, with defaults filled in.
@@ -127,10 +119,7 @@ func New(cfg Config) *Limiter {
 	if cfg.Tolerance <= 1 {
 		cfg.Tolerance = 2
 	}
-	if cfg.BaselineEpoch <= 0 {
-		cfg.BaselineEpoch = 30 * time.Second
-	}
-	return &Limiter{cfg: cfg, now: time.Now, limit: float64(cfg.Initial), slowStart: true, base: map[string]*baseline{}}
+	return &Limiter{cfg: cfg, now: time.Now, limit: float64(cfg.Initial), slowStart: true, avg: map[string]float64{}}
 }
 
 // Acquire waits for a slot, or for ctx to end. Every nil return must be
@@ -222,7 +211,7 @@ func (l *Limiter) Observe(kind string, sent time.Time, took time.Duration, throt
 	now := l.now()
 	// A rejection is answered at once, before any work: it would make a
 	// baseline no real answer comes near.
-	slow := !throttled && l.isSlow(kind, now, took)
+	slow := !throttled && l.isSlow(kind, took)
 	if sent.Before(l.changed) {
 		// Sent under the previous limit.
 		l.mu.Unlock()
@@ -285,23 +274,21 @@ func (l *Limiter) set(now time.Time, v float64, reason string) *Change {
 }
 
 // isSlow records took as an answer of kind and reports whether it took
-// more than Tolerance times the fastest one remembered. Called with mu
-// held.
-func (l *Limiter) isSlow(kind string, now time.Time, took time.Duration) bool {
-	b := l.base[kind]
-	if b == nil {
-		b = &baseline{epochStart: now}
-		l.base[kind] = b
+// more than Tolerance times the recent average of its kind. Called with
+// mu held.
+func (l *Limiter) isSlow(kind string, took time.Duration) bool {
+	avg, ok := l.avg[kind]
+	if !ok {
+		l.avg[kind] = float64(took)
+		return false
 	}
-	if now.Sub(b.epochStart) >= l.cfg.BaselineEpoch {
-		b.before, b.cur, b.epochStart = b.cur, 0, now
-	}
-	fastest := b.cur
-	if b.before > 0 && (fastest == 0 || b.before < fastest) {
-		fastest = b.before
-	}
-	if b.cur == 0 || took < b.cur {
-		b.cur = took
-	}
-	return fastest > 0 && float64(took) > l.cfg.Tolerance*float64(fastest)
+	// The average moves by a hundredth of each answer's difference: a rise
+	// that lasts a few hundred answers (a busier API server the limit
+	// cannot help, a larger etcd) becomes the new normal; a rise within a
+	// window does not.
+	l.avg[kind] = avg + (float64(took)-avg)/averageOver
+	return float64(took) > l.cfg.Tolerance*avg
 }
+
+// averageOver is how many answers the average of a kind spans, roughly.
+const averageOver = 100

@@ -88,11 +88,11 @@ func TestLimiterMoves(t *testing.T) {
 		want:    []int{8, 9, 10, 11},
 		reasons: []string{ReasonThrottled, ReasonIncrease, ReasonIncrease, ReasonIncrease},
 	}, {
-		name: "most answers slower than twice the fastest: a tenth less, and no more slow start",
+		name: "most answers slower than twice the average: a tenth less, and no more slow start",
 		cfg:  Config{Min: 1, Max: 64, Initial: 20},
 		full: true,
 		// 1 fast answer sets the baseline; 19 slow ones close the window.
-		answers: []answer{{n: 1, took: ms(5)}, {n: 19, took: ms(11)}, {n: 18, took: ms(5)}},
+		answers: []answer{{n: 1, took: ms(5)}, {n: 19, took: ms(15)}, {n: 18, took: ms(5)}},
 		want:    []int{20, 18, 19},
 		reasons: []string{ReasonLatency, ReasonIncrease},
 	}, {
@@ -148,7 +148,7 @@ func TestLimiterMoves(t *testing.T) {
 	}
 }
 
-// Baselines are kept per kind: a kind that is slower by nature (a status
+// Averages are kept per kind: a kind that is slower by nature (a status
 // apply of a custom resource against a Deployment create) is not slow.
 func TestLimiterBaselinePerKind(t *testing.T) {
 	l := New(Config{Min: 1, Max: 64, Initial: 10})
@@ -164,21 +164,27 @@ func TestLimiterBaselinePerKind(t *testing.T) {
 	}
 }
 
-// The fastest answer is forgotten after two epochs, so that a baseline
-// from a moment of an idle API server does not make every later answer
-// slow forever.
-func TestLimiterBaselineForgets(t *testing.T) {
-	l := New(Config{Min: 1, Max: 64, Initial: 64, BaselineEpoch: time.Second})
-	clock := time.Unix(1000, 0)
-	l.now = func() time.Time { return clock }
-	l.Observe("PATCH deployments", clock, ms(1), false)
-	clock = clock.Add(1500 * time.Millisecond)
-	if !l.isSlow("PATCH deployments", clock, ms(10)) {
-		t.Fatal("10 ms within the epoch after a 1 ms answer: want slow")
+// A rise that lasts becomes the new normal: the API server got busier,
+// or etcd larger, and that alone is no reason to keep shrinking.
+func TestLimiterAverageFollowsALastingRise(t *testing.T) {
+	l := New(Config{Min: 1, Max: 64, Initial: 64})
+	for range 50 {
+		l.isSlow("PATCH deployments", ms(5))
 	}
-	clock = clock.Add(1500 * time.Millisecond)
-	if l.isSlow("PATCH deployments", clock, ms(10)) {
-		t.Fatal("two epochs later, the 1 ms answer should be forgotten")
+	if !l.isSlow("PATCH deployments", ms(11)) {
+		t.Fatal("11 ms after answers of 5 ms: want slow")
+	}
+	slow := 0
+	for range 500 {
+		if l.isSlow("PATCH deployments", ms(11)) {
+			slow++
+		}
+	}
+	if slow > 100 {
+		t.Errorf("%d of 500 answers of 11 ms counted slow; the average should have followed them", slow)
+	}
+	if l.isSlow("PATCH deployments", ms(11)) {
+		t.Error("after 500 answers of 11 ms, 11 ms is still slow")
 	}
 }
 
