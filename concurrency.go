@@ -60,11 +60,19 @@ func (s fixedSlots) Release() { <-s }
 
 // Concurrency is how the limit starts and where it stops.
 const (
-	// initialConcurrency is today's safe fixed number: where API Priority
-	// and Fairness rejects the controller from its first request, the
-	// limit starts no higher than what converged there (test/faults).
+	// initialConcurrency is the fixed number the controller had before
+	// the adaptive limit: where API Priority and Fairness rejects the
+	// controller from its first request, the limit starts no higher than
+	// what converged there (test/faults).
 	initialConcurrency = 4
-	minConcurrency     = 1
+	// minConcurrency is that number too, because below it the limit
+	// works against itself: client-go waits out each 429's Retry-After
+	// (a second or more) inside the request, and the sync or Event write
+	// waiting holds its slot all the while. With one slot, one rejection
+	// stopped all work for that second: 500 Bars under a one-seat
+	// priority level took over a minute where the fixed 4 took 19 s
+	// (make bench, docs/measurements.md).
+	minConcurrency = 4
 )
 
 // newAdaptiveSlots returns slots whose number follows the API server

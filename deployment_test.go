@@ -23,7 +23,9 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/ptr"
@@ -190,5 +192,31 @@ func TestCRDDefaultImageMatchesConstant(t *testing.T) {
 	}
 	if got := string(spec["replicas"].Default.Raw); got != "1" {
 		t.Errorf("CRD default replicas %s, want 1 (desiredReplicas falls back to 1)", got)
+	}
+}
+
+// deploymentObject must send exactly what the apply configuration says:
+// a create of it leaves nothing for drift detection to put back.
+func TestDeploymentObjectIsTheApplyConfiguration(t *testing.T) {
+	withResources := newBar("test", "web", 3)
+	withResources.Spec.Template.Resources = corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m")},
+		Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")},
+	}
+	for _, bar := range []*barv1.Bar{newBar("test", "web", 1), withResources} {
+		want := newDeployment(bar)
+		d, err := deploymentObject(want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := deploymentDiff(want, d); len(diff) != 0 {
+			t.Errorf("%s: the created object differs from the apply configuration in %v", bar.Name, diff)
+		}
+		if d.Annotations[desiredHashAnnotation] != want.Annotations[desiredHashAnnotation] || d.Annotations[desiredHashAnnotation] == "" {
+			t.Errorf("%s: desired hash %q, want %q", bar.Name, d.Annotations[desiredHashAnnotation], want.Annotations[desiredHashAnnotation])
+		}
+		if d.Name != bar.Spec.Deployment.Name || d.Namespace != bar.Namespace {
+			t.Errorf("%s: created %s/%s", bar.Name, d.Namespace, d.Name)
+		}
 	}
 }

@@ -80,8 +80,17 @@ func TestLimiterMoves(t *testing.T) {
 		want:    []int{2, 2},
 		reasons: []string{ReasonThrottled},
 	}, {
+		name: "no growth for a while after a rejection",
+		cfg:  Config{Min: 1, Max: 32, Initial: 16, ThrottleHold: time.Second},
+		full: true,
+		// Each answer is a millisecond apart: 8+9 answers are well
+		// within the hold, and change nothing.
+		answers: []answer{{n: 1, took: ms(1), throttled: true}, {n: 8, took: ms(10)}, {n: 9, took: ms(10)}},
+		want:    []int{8, 8, 8},
+		reasons: []string{ReasonThrottled},
+	}, {
 		name: "after a decrease, growth is one per full window",
-		cfg:  Config{Min: 1, Max: 32, Initial: 16},
+		cfg:  Config{Min: 1, Max: 32, Initial: 16, ThrottleHold: time.Nanosecond},
 		full: true,
 		answers: []answer{{n: 1, took: ms(1), throttled: true},
 			{n: 8, took: ms(10)}, {n: 9, took: ms(10)}, {n: 10, took: ms(10)}},

@@ -66,7 +66,7 @@ func (s scenario) controllerRun(ctx context.Context, c *testcluster.Cluster, w w
 	if err := createBars(ctx, w.bars, ns, n, s.inflight); err != nil {
 		return err
 	}
-	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Minute, true, func(context.Context) (bool, error) {
+	if err := wait.PollUntilContextTimeout(ctx, pollEvery(n), 30*time.Minute, true, func(context.Context) (bool, error) {
 		return watcher.converged() == n, nil
 	}); err != nil {
 		return fmt.Errorf("waiting for %d Bars to converge (%d did): %w", n, watcher.converged(), err)

@@ -50,6 +50,7 @@ func main() {
 		split      = flag.Int("breakdown", 0, "instead of the scenarios: with this many Bars, the API server CPU of the floor and of variants that each add one of the controller's differences (breakdown.go); prints a table")
 		rounds     = flag.Int("breakdown-rounds", 3, "rounds of --breakdown, its variants interleaved")
 		runs       = flag.Int("runs", 2, "controller runs per scenario, each between two floors (so runs+1 floors)")
+		apfN       = flag.Int("apf", 500, "Bars of the scenario where API Priority and Fairness gives the controller one seat (apf.go), the shipped controller against 4 fixed workers; 0 skips it")
 		ctlArgs    = flag.String("controller-args", "", "space-separated flags added to the controller's (say --adaptive-concurrency=false --workers=4, to compare with the fixed number); the report names them")
 	)
 	flag.Parse()
@@ -115,8 +116,22 @@ func main() {
 			r.DeploymentWrites+r.StatusWrites+r.EventWrites+r.OtherWrites, r.IdleWrites, mb(r.PeakRSS), mb(r.Heap.Live))
 		results = append(results, r)
 	}
+	var apf *apfResult
+	if *apfN > 0 {
+		fmt.Fprintf(os.Stderr, "bench: %d Bars under a one-seat priority level ...\n", *apfN)
+		r, err := s.apf(ctx, *apfN)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "bench: APF: %v\n", err)
+			os.Exit(1)
+		}
+		apf = &r
+	}
 	table := markdownTable(results)
 	fmt.Println(table)
+	if apf != nil {
+		fmt.Println(apfTable(*apf))
+		fmt.Println(apfTarget(*apf))
+	}
 	if *out == "" {
 		return
 	}
@@ -125,7 +140,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench: plot:", err)
 		os.Exit(1)
 	}
-	if err := os.WriteFile(*out, []byte(report(results, table, filepath.Base(plot), *unrelatedN, *inflight, *runs, *idle)), 0o644); err != nil {
+	if err := os.WriteFile(*out, []byte(report(results, apf, table, filepath.Base(plot), *unrelatedN, *inflight, *runs, *idle)), 0o644); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}

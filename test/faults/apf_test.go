@@ -17,15 +17,12 @@ limitations under the License.
 package faults
 
 import (
-	"context"
 	"path/filepath"
 	"testing"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
-	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
@@ -50,11 +47,8 @@ const (
 
 func TestPriorityAndFairnessRejects(t *testing.T) {
 	slow(t)
-	e := newEnvWith(t, apfBars, testcluster.Options{CRDs: []string{crdDir}, APIServerFlags: []string{
-		// 45 seats in all instead of 600, so that the starved level's share
-		// rounds up to one seat: two requests at once are one too many.
-		// Only the controller feels it; the test's admin is exempt.
-		"--max-requests-inflight=30", "--max-mutating-requests-inflight=15"}})
+	// Only the controller feels the few seats; the test's admin is exempt.
+	e := newEnvWith(t, apfBars, testcluster.Options{CRDs: []string{crdDir}, APIServerFlags: testcluster.StarvedAPIServerFlags})
 	e.starve(t)
 	kubeconfig := e.installedIdentity(t)
 	apiMetrics := func() testcluster.Metrics {
@@ -103,62 +97,12 @@ func TestPriorityAndFairnessRejects(t *testing.T) {
 	}
 }
 
-// starve puts the installed ServiceAccount alone in a priority level with
-// the smallest share (1 of the ~250 the default levels hold), lending and
-// borrowing nothing, and rejecting instead of queueing. It waits until the
-// API server uses it.
+// starve puts the installed ServiceAccount alone in a one-seat priority
+// level (testcluster.StarveController).
 func (e *env) starve(t *testing.T) {
 	t.Helper()
-	ctx := t.Context()
-	fc := e.kube.FlowcontrolV1()
-	if _, err := fc.PriorityLevelConfigurations().Create(ctx, &flowcontrolv1.PriorityLevelConfiguration{
-		ObjectMeta: metav1.ObjectMeta{Name: starvedLevel},
-		Spec: flowcontrolv1.PriorityLevelConfigurationSpec{
-			Type: flowcontrolv1.PriorityLevelEnablementLimited,
-			Limited: &flowcontrolv1.LimitedPriorityLevelConfiguration{
-				NominalConcurrencyShares: ptr.To[int32](1),
-				LendablePercent:          ptr.To[int32](0),
-				BorrowingLimitPercent:    ptr.To[int32](0),
-				LimitResponse:            flowcontrolv1.LimitResponse{Type: flowcontrolv1.LimitResponseTypeReject},
-			},
-		},
-	}, metav1.CreateOptions{}); err != nil {
+	if err := e.cluster.StarveController(t.Context(), starvedLevel); err != nil {
 		t.Fatal(err)
-	}
-	// Precedence 50 comes before every default schema that could match a
-	// ServiceAccount (the lowest, kube-system-service-accounts, is 900).
-	if _, err := fc.FlowSchemas().Create(ctx, &flowcontrolv1.FlowSchema{
-		ObjectMeta: metav1.ObjectMeta{Name: starvedLevel},
-		Spec: flowcontrolv1.FlowSchemaSpec{
-			PriorityLevelConfiguration: flowcontrolv1.PriorityLevelConfigurationReference{Name: starvedLevel},
-			MatchingPrecedence:         50,
-			DistinguisherMethod:        &flowcontrolv1.FlowDistinguisherMethod{Type: flowcontrolv1.FlowDistinguisherMethodByUserType},
-			Rules: []flowcontrolv1.PolicyRulesWithSubjects{{
-				Subjects: []flowcontrolv1.Subject{{Kind: flowcontrolv1.SubjectKindServiceAccount,
-					ServiceAccount: &flowcontrolv1.ServiceAccountSubject{Namespace: installNS, Name: installSA}}},
-				ResourceRules: []flowcontrolv1.ResourcePolicyRule{{Verbs: []string{"*"}, APIGroups: []string{"*"},
-					Resources: []string{"*"}, ClusterScope: true, Namespaces: []string{"*"}}},
-			}},
-		},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	// The API server's APF config controller marks a schema Dangling=False
-	// once it has taken it up with its priority level.
-	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		fs, err := fc.FlowSchemas().Get(ctx, starvedLevel, metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		for _, c := range fs.Status.Conditions {
-			if c.Type == flowcontrolv1.FlowSchemaConditionDangling && c.Status == flowcontrolv1.ConditionFalse {
-				return true, nil
-			}
-		}
-		return false, nil
-	})
-	if err != nil {
-		t.Fatalf("the API server never took up FlowSchema %s: %v", starvedLevel, err)
 	}
 }
 
