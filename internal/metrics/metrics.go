@@ -79,7 +79,7 @@ var (
 		Name: "workqueue_longest_running_processor_seconds", Help: "How long the longest-running worker has been working on its key.",
 	}, []string{"name"})
 	workqueueRetries = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "workqueue_retries_total", Help: "Keys re-added with backoff after a failed sync.",
+		Name: "workqueue_retries_total", Help: "Keys re-added with a delay (AddAfter): the backoff after a failed sync, and the short wait after a stale cache.",
 	}, []string{"name"})
 
 	requestLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
