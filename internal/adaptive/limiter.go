@@ -107,7 +107,7 @@ type Limiter struct {
 	changed time.Time
 	// holdUntil: no increase before it (ThrottleHold).
 	holdUntil time.Time
-	win     window
+	win       window
 	// avg is the recent average answer time of each kind of request.
 	avg map[string]float64
 }
