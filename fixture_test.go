@@ -22,15 +22,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
-	"strconv"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -430,64 +427,3 @@ func deleteDeploymentAction(d *appsv1.Deployment) core.Action {
 }
 
 func keyOf(bar *barv1.Bar) cache.ObjectName { return cache.MetaObjectToName(bar) }
-
-// bumpResourceVersion answers a patch of an existing object with its
-// resourceVersion moved on by one, as a real API server does when the
-// patch changes the object.
-func bumpResourceVersion(tracker core.ObjectTracker) core.ReactionFunc {
-	return func(action core.Action) (bool, runtime.Object, error) {
-		patch, ok := action.(core.PatchAction)
-		if !ok {
-			return false, nil, nil
-		}
-		before, err := tracker.Get(action.GetResource(), action.GetNamespace(), patch.GetName())
-		if err != nil {
-			return false, nil, nil // a create: the default reactor answers
-		}
-		m, _ := meta.Accessor(before)
-		rv, err := strconv.Atoi(m.GetResourceVersion())
-		if err != nil {
-			return false, nil, nil
-		}
-		return stampResourceVersion(tracker, strconv.Itoa(rv+1))(action)
-	}
-}
-
-// createWithResourceVersion stores a created object with a
-// resourceVersion, as a real API server does; the fake's own create keeps
-// it empty, and the controller waits for its caches to reach the
-// resourceVersion of its own writes (freshness.go).
-func createWithResourceVersion(tracker, metaTracker core.ObjectTracker) core.ReactionFunc {
-	var next atomic.Int64
-	next.Store(100)
-	return func(action core.Action) (bool, runtime.Object, error) {
-		create, ok := action.(core.CreateActionImpl)
-		if !ok {
-			return false, nil, nil
-		}
-		// A copy: the action the test reads back stays as sent.
-		obj := create.Object.DeepCopyObject()
-		m, err := meta.Accessor(obj)
-		if err != nil {
-			return false, nil, nil
-		}
-		m.SetResourceVersion(strconv.FormatInt(next.Add(1), 10))
-		create.Object = obj
-		handled, out, err := core.ObjectReaction(tracker)(create)
-		if err == nil {
-			err = metaTracker.Create(appsv1.SchemeGroupVersion.WithResource("deployments"), &metav1.PartialObjectMetadata{
-				TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"}, ObjectMeta: obj.(*appsv1.Deployment).ObjectMeta}, m.GetNamespace())
-		}
-		return handled, out, err
-	}
-}
-
-func stampResourceVersion(tracker core.ObjectTracker, rv string) core.ReactionFunc {
-	return func(action core.Action) (bool, runtime.Object, error) {
-		handled, obj, err := core.ObjectReaction(tracker)(action)
-		if m, merr := meta.Accessor(obj); err == nil && merr == nil {
-			m.SetResourceVersion(rv)
-		}
-		return handled, obj, err
-	}
-}
