@@ -70,14 +70,14 @@ const (
 	// (a second or more) inside the request, and the sync or Event write
 	// waiting holds its slot all the while. With one slot, one rejection
 	// stopped all work for that second: 500 Bars under a one-seat
-	// priority level took over a minute where the fixed 4 took 19 s
+	// priority level took 4.5 minutes where the fixed 4 took 19 s
 	// (make bench, docs/measurements.md).
 	minConcurrency = 4
 )
 
 // newAdaptiveSlots returns slots whose number follows the API server
-// (internal/adaptive), from initialConcurrency up to ceiling, and the
-// transport wrapper that tells it how the API server answers. Each
+// (internal/adaptive), from initialConcurrency up to ceiling; its
+// Transport method wraps the clients whose answers it learns from. Each
 // change is a metric and a -v=2 log line.
 func newAdaptiveSlots(logger klog.Logger, ceiling int) *adaptiveSlots {
 	s := &adaptiveSlots{}
