@@ -20,6 +20,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -116,7 +117,7 @@ func (s scenario) controllerRun(ctx context.Context, c *testcluster.Cluster, w w
 	r.CPU += cpu / time.Duration(s.rounds)
 	// After the peak is read: the profile's collection cannot lower it.
 	// The admin may get the profile; the bench is its only reader.
-	if r.Heap, err = liveHeap(ctx, metricsAddr, c.Config.BearerToken, 6); err != nil {
+	if r.Heap, err = liveHeap(ctx, metricsAddr, c.Config.BearerToken, filepath.Join(s.logDir, fmt.Sprintf("heap-%d-%d-run%d.pb.gz", n, r.Unrelated, i)), 6); err != nil {
 		return err
 	}
 	// The API server counts a WATCH when it ends: stop the bench's own

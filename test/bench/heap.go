@@ -17,11 +17,14 @@ limitations under the License.
 package main
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"crypto/tls"
 	"fmt"
+	"io"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -53,8 +56,8 @@ type holder struct {
 // with a collection first (gc=1) so that in-use means live. The endpoint
 // is HTTPS with a certificate the controller made itself, and lets in
 // whoever the API server says may get /debug/pprof/heap: the bench's
-// admin token.
-func liveHeap(ctx context.Context, metricsAddr, token string, top int) (heapSummary, error) {
+// admin token. The profile is also written to save, for go tool pprof.
+func liveHeap(ctx context.Context, metricsAddr, token, save string, top int) (heapSummary, error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+metricsAddr+"/debug/pprof/heap?gc=1", nil)
@@ -71,7 +74,14 @@ func liveHeap(ctx context.Context, metricsAddr, token string, top int) (heapSumm
 	if resp.StatusCode != http.StatusOK {
 		return heapSummary{}, fmt.Errorf("heap profile: %s", resp.Status)
 	}
-	p, err := profile.Parse(resp.Body)
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return heapSummary{}, fmt.Errorf("heap profile: %w", err)
+	}
+	if err := os.WriteFile(save, raw, 0o644); err != nil {
+		return heapSummary{}, err
+	}
+	p, err := profile.Parse(bytes.NewReader(raw))
 	if err != nil {
 		return heapSummary{}, fmt.Errorf("heap profile: %w", err)
 	}
