@@ -24,6 +24,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
@@ -173,10 +174,41 @@ func createUnrelated(ctx context.Context, kube kubernetes.Interface, n, inflight
 }
 
 // clean removes a scenario's Bars and Deployments: there is no garbage
-// collector (no kube-controller-manager) to do it.
+// collector (no kube-controller-manager) to do it. A delete collection
+// deletes one object at a time and ends at the API server's request
+// timeout (a minute), which tens of thousands of objects outlast: it is
+// asked again until nothing is left.
 func clean(ctx context.Context, kube kubernetes.Interface, bars clientset.Interface, ns string) error {
-	if err := bars.BarcontrollerV1().Bars(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
-		return err
+	barsIn, deploymentsIn := bars.BarcontrollerV1().Bars(ns), kube.AppsV1().Deployments(ns)
+	for _, c := range []struct {
+		deleteAll func() error
+		left      func() (int, error)
+	}{
+		{func() error { return barsIn.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}) },
+			func() (int, error) {
+				l, err := barsIn.List(ctx, metav1.ListOptions{Limit: 1})
+				return len(l.Items), err
+			}},
+		{func() error { return deploymentsIn.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}) },
+			func() (int, error) {
+				l, err := deploymentsIn.List(ctx, metav1.ListOptions{Limit: 1})
+				return len(l.Items), err
+			}},
+	} {
+		for attempt := 1; ; attempt++ {
+			err := c.deleteAll()
+			if err == nil {
+				break
+			}
+			if !apierrors.IsTimeout(err) && !apierrors.IsServerTimeout(err) || attempt == 20 {
+				return err
+			}
+			if n, err := c.left(); err != nil {
+				return err
+			} else if n == 0 {
+				break
+			}
+		}
 	}
-	return kube.AppsV1().Deployments(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
+	return nil
 }

@@ -97,6 +97,7 @@ func main() {
 		*out = ""
 	}
 	var results []result
+	var failed []string
 	plan := make([][2]int, 0, len(sizes)+1)
 	for _, n := range sizes {
 		plan = append(plan, [2]int{n, 0})
@@ -108,8 +109,14 @@ func main() {
 		fmt.Fprintf(os.Stderr, "bench: %d Bars, %d unrelated Deployments ...\n", p[0], p[1])
 		r, err := s.run(ctx, p[0], p[1])
 		if err != nil {
+			// The other rows still stand; the report names the one that
+			// failed, and the bench exits non-zero after writing it.
+			failed = append(failed, fmt.Sprintf("%d Bars, %d unrelated: failed: %v", p[0], p[1], err))
 			fmt.Fprintf(os.Stderr, "bench: %d Bars: %v\n", p[0], err)
-			os.Exit(1)
+			if ctx.Err() != nil {
+				os.Exit(1)
+			}
+			continue
 		}
 		fmt.Fprintf(os.Stderr, "bench:   floors %v, controller runs %v (medians %.2fx), Events written %v after convergence, %.2f writes per Bar, idle writes %v, peak RSS %.1f MB, live heap %.1f MB\n",
 			r.Floors, r.Controllers, ratio(r), r.EventsAfter,
@@ -133,6 +140,9 @@ func main() {
 		fmt.Println(apfTarget(*apf))
 	}
 	if *out == "" {
+		if len(failed) > 0 {
+			os.Exit(1)
+		}
 		return
 	}
 	plot := strings.TrimSuffix(*out, filepath.Ext(*out)) + ".png"
@@ -140,9 +150,12 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench: plot:", err)
 		os.Exit(1)
 	}
-	if err := os.WriteFile(*out, []byte(report(results, apf, table, filepath.Base(plot), *unrelatedN, *inflight, *runs, *idle)), 0o644); err != nil {
+	if err := os.WriteFile(*out, []byte(report(results, failed, apf, table, filepath.Base(plot), *unrelatedN, *inflight, *runs, *idle)), 0o644); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
 	fmt.Fprintf(os.Stderr, "bench: wrote %s and %s\n", *out, plot)
+	if len(failed) > 0 {
+		os.Exit(1)
+	}
 }

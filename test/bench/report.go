@@ -159,7 +159,7 @@ func targets(rs []result, at int) []string {
 	return out
 }
 
-func report(rs []result, apf *apfResult, table, plotFile string, at, inflight, runs int, idleResync time.Duration) string {
+func report(rs []result, failed []string, apf *apfResult, table, plotFile string, at, inflight, runs int, idleResync time.Duration) string {
 	commit, _ := exec.Command("git", "describe", "--always", "--dirty").Output()
 	var b strings.Builder
 	fmt.Fprintf(&b, `# Benchmarks
@@ -222,6 +222,9 @@ steadier than the floor it divides by.
 		fmt.Sprintf("%d requests in flight", inflight), runs+1, runs, idleResync, table, plotFile)
 	for _, t := range targets(rs, at) {
 		fmt.Fprintf(&b, "- %s\n", t)
+	}
+	for _, f := range failed {
+		fmt.Fprintf(&b, "- %s — **not measured**\n", f)
 	}
 	if apf != nil {
 		fmt.Fprintf(&b, "- %s\n", apfTarget(*apf))

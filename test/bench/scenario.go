@@ -196,7 +196,9 @@ func (s scenario) startController(kubeconfig, name string, extra ...string) (*te
 	if err != nil {
 		return nil, "", err
 	}
-	err = p.WaitReady(context.Background(), time.Minute, func(ctx context.Context) error {
+	// A bound, not a measure: the idle check's controller first lists (by
+	// WatchList) every Bar and Deployment of the row, 150,000 objects at N=50,000.
+	err = p.WaitReady(context.Background(), 5*time.Minute, func(ctx context.Context) error {
 		resp, err := http.Get("http://" + addrs[1] + "/readyz")
 		if err != nil {
 			return err
