@@ -76,6 +76,14 @@ bench: build ## Measure converge time against a floor, writes per Bar, idle writ
 	go build -o bin/bench ./test/bench
 	kube_bin_dir="$$(hack/install-k8s-binaries.sh etcd kube-apiserver kubectl | tail -n 1)" && bin/bench --bin-dir="$$kube_bin_dir" --controller=bin/bar-controller --n=$(N) $(BENCH_ARGS)
 
+# The large sizes take most of an hour on 2 cores (150,000 objects per
+# floor), so they have a report of their own: one controller run per row,
+# 5,000 Bars measured again in the same run for the linearity target.
+.PHONY: bench-large
+bench-large: build ## Measure 5,000 and 50,000 Bars (one run each, about 35 minutes); writes docs/benchmarks-large.md and its plot.
+	go build -o bin/bench ./test/bench
+	kube_bin_dir="$$(hack/install-k8s-binaries.sh etcd kube-apiserver kubectl | tail -n 1)" && bin/bench --bin-dir="$$kube_bin_dir" --controller=bin/bar-controller --n=5000,50000 --runs=1 --unrelated=0 --apf=0 --out=docs/benchmarks-large.md --log-dir=_output/bench-large
+
 # make test runs only the quick fault cases; BAR_FAULTS_ALL=1 adds the slow
 # ones, over 40 s each (slow in test/faults/observe_test.go). CI (.ci/run)
 # runs this target after make test, so the slow cases' evidence is checked
