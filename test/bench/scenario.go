@@ -146,12 +146,16 @@ func (s scenario) run(ctx context.Context, n, unrelated int) (r result, err erro
 			return r, fmt.Errorf("floor %d: %w", i, err)
 		}
 		r.Floors, r.FloorServerCPU = append(r.Floors, took), append(r.FloorServerCPU, cpu)
+		// Each step as it ends: a row that fails later still leaves these.
+		fmt.Fprintf(os.Stderr, "bench:   floor %d: %v, API server + etcd CPU %v\n", i, took.Round(100*time.Millisecond), cpu.Round(100*time.Millisecond))
 		if i == s.rounds {
 			break
 		}
 		if err := s.controllerRun(ctx, c, w, kubeconfig, &r, i); err != nil {
 			return r, fmt.Errorf("controller run %d: %w", i, err)
 		}
+		fmt.Fprintf(os.Stderr, "bench:   controller run %d: converged in %v, API server + etcd CPU %v, peak RSS so far %.1f MB, live heap %.1f MB\n",
+			i, r.Controllers[i].Round(100*time.Millisecond), r.ControllerServerCPU[i].Round(100*time.Millisecond), mb(r.PeakRSS), mb(r.Heap.Live))
 	}
 	return r, nil
 }
