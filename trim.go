@@ -48,9 +48,11 @@ func dropManagedFields(obj interface{}) (interface{}, error) {
 // deploymentDrift, deploymentReadiness and the handlers read, and drops the
 // rest: annotations but the desired hash (kubectl's last-applied
 // configuration among them), the managedFields of every manager but this
-// controller's own writes, the pod template's spec beyond its containers' names,
-// images and resources (requests and limits), the strategy, and every field
-// the API server defaulted. What deploymentDrift compares must be kept here
+// controller's own writes (and of those, the fields drift does not ask
+// about: pruneOwnedFields), the pod template's spec beyond its containers'
+// names, images and resources (requests and limits), the strategy, the
+// status conditions but a Progressing=False one, and every field the API
+// server defaulted. What deploymentDrift compares must be kept here
 // too; TestTrimDeployment checks that drift and readiness do not change.
 func trimDeployment(obj interface{}) (interface{}, error) {
 	d, ok := obj.(*appsv1.Deployment)
