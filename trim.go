@@ -134,8 +134,10 @@ func named(name string) *fieldpath.PathElement { return &fieldpath.PathElement{F
 // Deployment owns every field the API server defaulted too (strategy,
 // restart and DNS policy, termination message path...): 60 % of the
 // entry, kept for every Deployment, never read. Parsing and writing it
-// back costs about 40 µs per watch event (BenchmarkTrimDeployment). An entry that does not
-// parse is kept whole, so that appliedFields sees it fail as before.
+// back costs about 40 µs per watch event (BenchmarkTrimDeployment). An
+// entry that does not parse is kept whole, so that appliedFields sees it
+// fail as before. TestDriftPrefixesCoverDesiredFields keeps driftPrefixes
+// and desiredFields in step.
 func pruneOwnedFields(e metav1.ManagedFieldsEntry) metav1.ManagedFieldsEntry {
 	if e.FieldsV1 == nil || e.Operation == metav1.ManagedFieldsOperationApply {
 		// An apply owns what it sent, which is what drift asks about

@@ -25,6 +25,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/tools/cache"
@@ -200,6 +201,22 @@ func BenchmarkTrimDeployment(b *testing.B) {
 	for b.Loop() {
 		if _, err := trimDeployment(d.DeepCopy()); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// TestDriftPrefixesCoverDesiredFields: every field whose ownership
+// deploymentDrift asks about survives pruneOwnedFields, resources
+// included; a field added to desiredFields without a prefix fails here.
+func TestDriftPrefixesCoverDesiredFields(t *testing.T) {
+	bar := newBar("test", "web", 2)
+	bar.Spec.Template.Resources = corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m")},
+		Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")},
+	}
+	for _, f := range desiredFields(newDeployment(bar)) {
+		if !underDriftPrefix(f.path) {
+			t.Errorf("%s (%s) is pruned from the cache's managedFields", f.name, f.path)
 		}
 	}
 }

@@ -26,7 +26,9 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
@@ -196,46 +198,38 @@ func createUnrelated(ctx context.Context, kube kubernetes.Interface, n, inflight
 // minute) long before 50,000 Bars are gone.
 func clean(ctx context.Context, kube kubernetes.Interface, bars clientset.Interface, ns string) error {
 	barsIn, deploymentsIn := bars.BarcontrollerV1().Bars(ns), kube.AppsV1().Deployments(ns)
-	if err := deleteEach(ctx, func(o metav1.ListOptions) ([]string, error) {
-		l, err := barsIn.List(ctx, o)
-		if err != nil {
-			return nil, err
-		}
-		names := make([]string, len(l.Items))
-		for i := range l.Items {
-			names[i] = l.Items[i].Name
-		}
-		return names, nil
-	}, func(ctx context.Context, name string) error { return barsIn.Delete(ctx, name, metav1.DeleteOptions{}) }); err != nil {
+	if err := deleteEach(ctx, func(o metav1.ListOptions) (runtime.Object, error) { return barsIn.List(ctx, o) },
+		func(ctx context.Context, name string) error { return barsIn.Delete(ctx, name, metav1.DeleteOptions{}) }); err != nil {
 		return err
 	}
-	return deleteEach(ctx, func(o metav1.ListOptions) ([]string, error) {
-		l, err := deploymentsIn.List(ctx, o)
-		if err != nil {
-			return nil, err
-		}
-		names := make([]string, len(l.Items))
-		for i := range l.Items {
-			names[i] = l.Items[i].Name
-		}
-		return names, nil
-	}, func(ctx context.Context, name string) error {
-		return deploymentsIn.Delete(ctx, name, metav1.DeleteOptions{})
-	})
+	return deleteEach(ctx, func(o metav1.ListOptions) (runtime.Object, error) { return deploymentsIn.List(ctx, o) },
+		func(ctx context.Context, name string) error {
+			return deploymentsIn.Delete(ctx, name, metav1.DeleteOptions{})
+		})
 }
 
 // deleteEach deletes what list names, a page at a time from the start
 // (no continue token, which a compaction could expire), 64 in flight,
 // until a page comes back empty; an object already gone is no error.
-func deleteEach(ctx context.Context, list func(metav1.ListOptions) ([]string, error), del func(context.Context, string) error) error {
+func deleteEach(ctx context.Context, list func(metav1.ListOptions) (runtime.Object, error), del func(context.Context, string) error) error {
 	previous, attempts := "", 0
 	for {
-		names, err := list(metav1.ListOptions{Limit: 2000})
+		page, err := list(metav1.ListOptions{Limit: 2000})
 		if timedOut(err) && attempts < 10 {
 			attempts++
 			continue
 		}
-		if err != nil || len(names) == 0 {
+		if err != nil {
+			return err
+		}
+		var names []string
+		if err := meta.EachListItem(page, func(o runtime.Object) error {
+			m, err := meta.Accessor(o)
+			if err == nil {
+				names = append(names, m.GetName())
+			}
+			return err
+		}); err != nil || len(names) == 0 {
 			return err
 		}
 		if names[0] == previous && attempts > 3 {
