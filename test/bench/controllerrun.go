@@ -63,6 +63,7 @@ func (s scenario) controllerRun(ctx context.Context, c *testcluster.Cluster, w w
 	if err != nil {
 		return err
 	}
+	s.step(ns)
 	start := time.Now()
 	if err := createBars(ctx, w.bars, ns, n, s.inflight); err != nil {
 		return err
@@ -82,6 +83,7 @@ func (s scenario) controllerRun(ctx context.Context, c *testcluster.Cluster, w w
 
 	// The recorder writes Events on its own, after the syncs: wait for
 	// all n (one per new Bar), then count every write.
+	s.step(ns + ": Events")
 	isEvent := func(res string) bool { return res == "events" }
 	var after requests
 	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, eventsTimeout, true, func(context.Context) (bool, error) {
@@ -135,10 +137,12 @@ func (s scenario) controllerRun(ctx context.Context, c *testcluster.Cluster, w w
 	r.Lists, r.Watches = reads.count("LIST", ours), reads.count("WATCH", ours)-2
 
 	if last {
+		s.step(ns + ": idle")
 		if err := s.idle(c, kubeconfig, r); err != nil {
 			return err
 		}
 	}
+	s.step(ns + ": clean")
 	return clean(ctx, w.kube, w.bars, ns)
 }
 

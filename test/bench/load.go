@@ -20,6 +20,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -29,6 +30,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
@@ -106,19 +108,30 @@ func parallel(ctx context.Context, n, inflight int, fn func(ctx context.Context,
 // runFloor is the floor: per Bar, the three writes a controller with zero
 // overhead would make, in order (create the Bar, create its Deployment,
 // write the Bar's status), many Bars in flight, no watch, no event.
-// A request the API server timed out is done again, up to twice, and said
-// so: at 50,000 Bars on 2 cores one of 150,000 occasionally is, and it
-// must not throw the whole row away.
-func runFloor(ctx context.Context, w writers, ns string, n, inflight int) error {
-	return parallel(ctx, n, inflight, func(ctx context.Context, i int) error {
+// A request the API server timed out, or whose connection was lost, is
+// done again, up to twice, said on stderr and counted in the returned
+// number: at 50,000 Bars on 2 cores one of 150,000 occasionally is, and
+// it must not throw the whole row away. floorWrites is safe to repeat.
+func runFloor(ctx context.Context, w writers, ns string, n, inflight int) (int, error) {
+	var again atomic.Int64
+	err := parallel(ctx, n, inflight, func(ctx context.Context, i int) error {
 		for attempt := 1; ; attempt++ {
 			err := floorWrites(ctx, w, ns, i)
-			if err == nil || attempt == 3 || !timedOut(err) {
+			if err == nil || attempt == 3 || !(timedOut(err) || lostConnection(err)) {
 				return err
 			}
+			again.Add(1)
 			fmt.Fprintf(os.Stderr, "bench: floor: Bar %d: %v; again\n", i, err)
 		}
 	})
+	return int(again.Load()), err
+}
+
+// lostConnection is client-go's HTTP/2 health check giving up on the API
+// server (no answer to a ping), or the server closing the connection under
+// a request: the request may or may not have been done.
+func lostConnection(err error) bool {
+	return strings.Contains(err.Error(), "http2: client connection lost") || utilnet.IsConnectionReset(err) || utilnet.IsProbableEOF(err)
 }
 
 // writers are the bench's own clients, with no client-side rate limit.

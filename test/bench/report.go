@@ -226,6 +226,11 @@ steadier than the floor it divides by.
 	for _, f := range failed {
 		fmt.Fprintf(&b, "- %s — **not measured**\n", f)
 	}
+	for _, r := range rs {
+		if r.FloorRetries > 0 {
+			fmt.Fprintf(&b, "- note: at %d Bars the floors did %d requests again after the API server timed them out or lost the connection; their times include the wait\n", r.N, r.FloorRetries)
+		}
+	}
 	if apf != nil {
 		fmt.Fprintf(&b, "- %s\n", apfTarget(*apf))
 		fmt.Fprintf(&b, `

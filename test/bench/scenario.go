@@ -78,6 +78,9 @@ type result struct {
 	// etcd spent (user+system) over each floor and each controller run:
 	// the work each asked of the API server.
 	FloorServerCPU, ControllerServerCPU []time.Duration
+	// FloorRetries counts the floors' requests done again after a timeout
+	// or a lost connection (runFloor); the floors' times include them.
+	FloorRetries int
 }
 
 type scenario struct {
@@ -90,6 +93,8 @@ type scenario struct {
 	rounds int
 	// extraArgs are added to every controller's flags (--controller-args).
 	extraArgs []string
+	// step names what the row is doing now, for its monitor (monitor.go).
+	step func(string)
 }
 
 // eventsTimeout bounds the wait for a run's Events after convergence.
@@ -111,6 +116,17 @@ func (s scenario) run(ctx context.Context, n, unrelated int) (r result, err erro
 		return r, err
 	}
 	defer c.Stop()
+	mon, err := startMonitor(c, filepath.Join(s.logDir, fmt.Sprintf("cluster-%d-%d.tsv", n, unrelated)))
+	if err != nil {
+		return r, err
+	}
+	s.step = mon.step
+	defer func() {
+		mon.close()
+		if err := keepLogs(c, filepath.Join(s.logDir, fmt.Sprintf("cluster-%d-%d", n, unrelated))); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: keeping the control plane's logs:", err)
+		}
+	}()
 	// The controller runs as it does in a cluster: the shipped
 	// ServiceAccount and RBAC, in API Priority and Fairness's workload-low
 	// level, which its default --kube-api-qps=-1 relies on as its only
@@ -133,7 +149,8 @@ func (s scenario) run(ctx context.Context, n, unrelated int) (r result, err erro
 	if err := createNamespace(ctx, w.kube, "warmup"); err != nil {
 		return r, err
 	}
-	if err := runFloor(ctx, w, "warmup", 300, s.inflight); err != nil {
+	s.step("warm-up")
+	if _, err := runFloor(ctx, w, "warmup", 300, s.inflight); err != nil {
 		return r, fmt.Errorf("warm-up: %w", err)
 	}
 	if err := clean(ctx, w.kube, w.bars, "warmup"); err != nil {
@@ -141,7 +158,7 @@ func (s scenario) run(ctx context.Context, n, unrelated int) (r result, err erro
 	}
 
 	for i := 0; ; i++ {
-		took, cpu, err := s.floor(ctx, c, w, fmt.Sprintf("floor-%d", i), n)
+		took, cpu, err := s.floor(ctx, c, w, fmt.Sprintf("floor-%d", i), n, &r.FloorRetries)
 		if err != nil {
 			return r, fmt.Errorf("floor %d: %w", i, err)
 		}
@@ -167,7 +184,7 @@ func createNamespace(ctx context.Context, kube kubernetes.Interface, name string
 
 // floor runs the floor in a namespace of its own, then removes what it
 // made, and returns its time and the API server's CPU over it.
-func (s scenario) floor(ctx context.Context, c *testcluster.Cluster, w writers, ns string, n int) (time.Duration, time.Duration, error) {
+func (s scenario) floor(ctx context.Context, c *testcluster.Cluster, w writers, ns string, n int, retries *int) (time.Duration, time.Duration, error) {
 	if err := createNamespace(ctx, w.kube, ns); err != nil {
 		return 0, 0, err
 	}
@@ -175,15 +192,19 @@ func (s scenario) floor(ctx context.Context, c *testcluster.Cluster, w writers, 
 	if err != nil {
 		return 0, 0, err
 	}
+	s.step(ns)
 	start := time.Now()
-	if err := runFloor(ctx, w, ns, n, s.inflight); err != nil {
+	again, err := runFloor(ctx, w, ns, n, s.inflight)
+	if err != nil {
 		return 0, 0, err
 	}
+	*retries += again
 	took := time.Since(start)
 	cpu1, err := serverCPU(c)
 	if err != nil {
 		return 0, 0, err
 	}
+	s.step(ns + ": clean")
 	return took, cpu1 - cpu0, clean(ctx, w.kube, w.bars, ns)
 }
 
