@@ -62,8 +62,21 @@ func scrapeRequests(c *testcluster.Cluster) (requests, error) {
 		}
 		r[verb+" "+resource] += metric.GetCounter().GetValue()
 	}
+	// A watch that begins with a list (WatchList: an informer's initial
+	// list, or a relist) is counted once more when its initial events end.
+	for _, metric := range m["apiserver_watch_list_duration_seconds"].GetMetric() {
+		for _, l := range metric.GetLabel() {
+			if l.GetName() == "resource" {
+				r[watchList+" "+l.GetValue()] += float64(metric.GetHistogram().GetSampleCount())
+			}
+		}
+	}
 	return r, nil
 }
+
+// watchList is the verb requests counts watches that began with a list
+// under; the API server's own verb for them is WATCH.
+const watchList = "WATCHLIST"
 
 // since returns r minus before.
 func (r requests) since(before requests) requests {

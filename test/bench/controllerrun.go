@@ -134,7 +134,9 @@ func (s scenario) controllerRun(ctx context.Context, c *testcluster.Cluster, w w
 	}
 	reads := stopped.since(before)
 	ours := func(res string) bool { return res == "bars" || res == "deployments" }
-	r.Lists, r.Watches = reads.count("LIST", ours), reads.count("WATCH", ours)-2
+	r.Lists = reads.count("LIST", ours)
+	r.Watches = reads.count("WATCH", ours) - float64(watcher.watches.Load())
+	r.WatchLists = reads.count(watchList, ours) - float64(watcher.watchLists.Load())
 
 	if last {
 		s.step(ns + ": idle")

@@ -32,6 +32,10 @@ import (
 )
 
 // ratio is the median controller run over the median floor.
+// controllerInformers is how many informers bar-controller starts: Bars,
+// the Deployments it manages, and every Deployment's metadata (main.go).
+const controllerInformers = 3
+
 func ratio(r result) float64 { return median(r.Controllers).Seconds() / median(r.Floors).Seconds() }
 
 // serverRatio is the same for the API server's and etcd's CPU.
@@ -66,7 +70,7 @@ func secs(d time.Duration) string { return fmt.Sprintf("%.1f s", d.Seconds()) }
 
 func markdownTable(rs []result) string {
 	var b strings.Builder
-	b.WriteString("| Bars | unrelated Deployments | floor: min–max (median) | controller runs | median ÷ median floor | Events all written, after convergence | writes per Bar: Deployment + status + event (+ other) | idle writes (restart, 2 resyncs) | LIST / WATCH | peak RSS | live heap | CPU | API server + etcd CPU: floors, controller runs (medians ÷) |\n")
+	b.WriteString("| Bars | unrelated Deployments | floor: min–max (median) | controller runs | median ÷ median floor | Events all written, after convergence | writes per Bar: Deployment + status + event (+ other) | idle writes (restart, 2 resyncs) | LIST / WATCH (that listed) | peak RSS | live heap | CPU | API server + etcd CPU: floors, controller runs (medians ÷) |\n")
 	b.WriteString("| ---: | ---: | --- | --- | ---: | --- | --- | --- | --- | ---: | ---: | ---: | --- |\n")
 	for _, r := range rs {
 		runs := make([]string, len(r.Controllers))
@@ -80,10 +84,10 @@ func markdownTable(rs []result) string {
 		if r.EventsMissing > 0 {
 			events = append(events, fmt.Sprintf("**%v missing**", r.EventsMissing))
 		}
-		fmt.Fprintf(&b, "| %d | %d | %s | %s | %.2f× | %s | %.2f = %.2f + %.2f + %.2f (+ %.2f) | %s, %s | %s / %s | %.1f MB | %.1f MB | %.1f s | %s; %s (%.2f×) |\n",
+		fmt.Fprintf(&b, "| %d | %d | %s | %s | %.2f× | %s | %.2f = %.2f + %.2f + %.2f (+ %.2f) | %s, %s | %s / %s (%s) | %.1f MB | %.1f MB | %.1f s | %s; %s (%.2f×) |\n",
 			r.N, r.Unrelated, spread(r.Floors), strings.Join(runs, ", "), ratio(r), strings.Join(events, ", "),
 			r.DeploymentWrites+r.StatusWrites+r.EventWrites+r.OtherWrites, r.DeploymentWrites, r.StatusWrites, r.EventWrites, r.OtherWrites,
-			trimFloat(r.RestartWrites), trimFloat(r.IdleWrites), trimFloat(r.Lists), trimFloat(r.Watches), mb(r.PeakRSS), mb(r.Heap.Live), r.CPU.Seconds(),
+			trimFloat(r.RestartWrites), trimFloat(r.IdleWrites), trimFloat(r.Lists), trimFloat(r.Watches), trimFloat(r.WatchLists), mb(r.PeakRSS), mb(r.Heap.Live), r.CPU.Seconds(),
 			spread(r.FloorServerCPU), spread(r.ControllerServerCPU), serverRatio(r))
 	}
 	return b.String()
@@ -142,6 +146,14 @@ func targets(rs []result, at int) []string {
 		out = append(out, fmt.Sprintf("converge time per Bar linear from %d to %d Bars (within 20 %%): %.2f s → %.2f s per 1,000 Bars, %+.0f %% — %s",
 			from.N, hi.N, a, b, (b/a-1)*100, mark(b <= 1.2*a)))
 	}
+	var lists, listed []string
+	once := true
+	for _, r := range rs {
+		lists, listed = append(lists, trimFloat(r.Lists)), append(listed, trimFloat(r.WatchLists))
+		once = once && r.Lists == 0 && r.WatchLists == controllerInformers
+	}
+	out = append(out, fmt.Sprintf("one list per informer (%d, each by WatchList) and no relist, every scenario: LIST %s, watches that listed %s — %s",
+		controllerInformers, strings.Join(lists, ", "), strings.Join(listed, ", "), mark(once)))
 	idle := 0.0
 	for _, r := range rs {
 		idle += r.IdleWrites + r.RestartWrites
@@ -193,8 +205,12 @@ default flags (only its listen addresses and kubeconfig are set, and
   the last run's converged Bars: writes in its first 2 s (the relist), then
   over two resync periods.
 - **LIST / WATCH**: requests for Bars and Deployments from the last run's
-  controller's start until it stopped (with WatchList, the initial list is
-  a WATCH).
+  controller's start until it stopped, the bench's own watches taken out.
+  With WatchList an informer's initial list is a WATCH that begins with
+  the list: **that listed** counts those (the API server's
+  apiserver_watch_list_duration_seconds); the other WATCHes resumed from a
+  resourceVersion after the API server ended a watch at its timeout
+  (5–10 minutes).
 - **peak RSS**: the largest VmHWM of the runs' controllers; **CPU**: their
   mean user + system time.
 - **live heap**: once converged (and the peak read), the in-use bytes of

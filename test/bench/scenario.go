@@ -24,6 +24,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -66,8 +67,10 @@ type result struct {
 	// of its resync periods with nothing changing.
 	RestartWrites, IdleWrites float64
 	// Lists and Watches are what the last run's controller asked of the
-	// API server for Bars and Deployments, from its start until it stopped.
-	Lists, Watches float64
+	// API server for Bars and Deployments, from its start until it stopped;
+	// WatchLists are the watches among them that began with a list (the
+	// initial list, or a relist), by apiserver_watch_list_duration_seconds.
+	Lists, Watches, WatchLists float64
 	// PeakRSS is the largest VmHWM of the runs' controllers; CPU their
 	// mean user+system time.
 	PeakRSS int64
@@ -290,23 +293,47 @@ type convergence struct {
 	bars        cache.Indexer
 	deployments cache.Indexer
 	cancel      context.CancelFunc
+	// watches and watchLists count the bench's own WATCH requests, and of
+	// those the ones that list first (WatchList), so that what the API
+	// server counted can be told apart from what the controller asked.
+	watches, watchLists atomic.Int64
 }
+
+// countWatches wraps a config's transport to count the WATCH requests
+// sent through it into c.
+func (c *convergence) countWatches(cfg *rest.Config) {
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+			if q := req.URL.Query(); q.Get("watch") == "true" {
+				c.watches.Add(1)
+				if q.Get("sendInitialEvents") == "true" {
+					c.watchLists.Add(1)
+				}
+			}
+			return rt.RoundTrip(req)
+		})
+	})
+}
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
 
 func watchConvergence(ctx context.Context, cfg *rest.Config, ns string) (*convergence, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	// The bench's watch is overhead on the API server that the floor does
 	// not pay: Deployments come as protobuf, the cheapest encoding the API
 	// server has for them (Bars, a custom resource, have only JSON).
-	kubeCfg := rest.CopyConfig(cfg)
+	c := &convergence{cancel: cancel}
+	kubeCfg, barCfg := rest.CopyConfig(cfg), rest.CopyConfig(cfg)
 	kubeCfg.ContentType = runtime.ContentTypeProtobuf
 	kubeCfg.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	c.countWatches(kubeCfg)
+	c.countWatches(barCfg)
 	kf := kubeinformers.NewSharedInformerFactoryWithOptions(kubernetes.NewForConfigOrDie(kubeCfg), 0, kubeinformers.WithNamespace(ns))
-	bf := informers.NewSharedInformerFactoryWithOptions(clientset.NewForConfigOrDie(cfg), 0, informers.WithNamespace(ns))
-	c := &convergence{
-		bars:        bf.Barcontroller().V1().Bars().Informer().GetIndexer(),
-		deployments: kf.Apps().V1().Deployments().Informer().GetIndexer(),
-		cancel:      cancel,
-	}
+	bf := informers.NewSharedInformerFactoryWithOptions(clientset.NewForConfigOrDie(barCfg), 0, informers.WithNamespace(ns))
+	c.bars = bf.Barcontroller().V1().Bars().Informer().GetIndexer()
+	c.deployments = kf.Apps().V1().Deployments().Informer().GetIndexer()
 	kf.Start(ctx.Done())
 	bf.Start(ctx.Done())
 	for _, ok := range kf.WaitForCacheSync(ctx.Done()) {
