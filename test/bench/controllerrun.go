@@ -18,7 +18,9 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"time"
@@ -118,6 +120,18 @@ func (s scenario) controllerRun(ctx context.Context, c *testcluster.Cluster, w w
 	r.PeakRSS = max(r.PeakRSS, rss)
 	r.CPU += cpu / time.Duration(s.rounds)
 	// After the peak is read: the profile's collection cannot lower it.
+	// And once the controller is idle: convergence is when the last Bar
+	// was done, not when the controller stopped working (each Deployment
+	// it created comes back as a watch event and syncs its Bar once more,
+	// writing nothing), and a collection counts as live everything
+	// allocated while it marks, so a profile taken amid those syncs counts
+	// their garbage too.
+	idleAfter, err := waitQueueEmpty(ctx, metricsAddr, c.Config.BearerToken)
+	if err != nil {
+		return err
+	}
+	r.QueueEmptyAfter = append(r.QueueEmptyAfter, time.Since(converged))
+	fmt.Fprintf(os.Stderr, "bench: run %d: work queue empty %v after convergence (waited %v for it)\n", i, time.Since(converged).Round(100*time.Millisecond), idleAfter.Round(100*time.Millisecond))
 	// The admin may get the profile; the bench is its only reader.
 	if r.Heap, err = liveHeap(ctx, metricsAddr, c.Config.BearerToken, filepath.Join(s.logDir, fmt.Sprintf("heap-%d-%d-run%d.pb.gz", n, r.Unrelated, i)), 6); err != nil {
 		return err
@@ -175,4 +189,37 @@ func (s scenario) idle(c *testcluster.Cluster, kubeconfig string, r *result) err
 	r.RestartWrites = atIdle.since(beforeRestart).writes(all)
 	r.IdleWrites = end.since(atIdle).writes(all)
 	return nil
+}
+
+// waitQueueEmpty waits until the controller's work queue is empty and no
+// worker holds a key (workqueue_depth and workqueue_unfinished_work_seconds
+// of the "bars" queue both 0, twice in a row a second apart), and returns
+// how long that took.
+func waitQueueEmpty(ctx context.Context, metricsAddr, token string) (time.Duration, error) {
+	client := &http.Client{Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, // #nosec G402 -- the controller's self-signed certificate on loopback
+		// Uncompressed: the gzip writers the metrics handler would pool
+		// for these scrapes would show in the live heap taken next.
+		DisableCompression: true,
+	}}
+	start, quiet := time.Now(), 0
+	queue := map[string]string{"name": "bars"}
+	err := wait.PollUntilContextTimeout(ctx, time.Second, 10*time.Minute, true, func(context.Context) (bool, error) {
+		m, err := testcluster.Scrape(client, "https://"+metricsAddr+"/metrics", token)
+		if err != nil {
+			return false, err
+		}
+		depth, ok1 := m.Value("workqueue_depth", queue)
+		busy, ok2 := m.Value("workqueue_unfinished_work_seconds", queue)
+		if !ok1 || !ok2 {
+			return false, fmt.Errorf("the controller's metrics have no workqueue_depth or workqueue_unfinished_work_seconds for the bars queue")
+		}
+		if depth == 0 && busy == 0 {
+			quiet++
+		} else {
+			quiet = 0
+		}
+		return quiet == 2, nil
+	})
+	return time.Since(start), err
 }

@@ -213,8 +213,10 @@ default flags (only its listen addresses and kubeconfig are set, and
   (5–10 minutes).
 - **peak RSS**: the largest VmHWM of the runs' controllers; **CPU**: their
   mean user + system time.
-- **live heap**: once converged (and the peak read), the in-use bytes of
-  the controller's heap profile taken right after a collection: what its
+- **live heap**: once converged (and the peak read) and idle (its work
+  queue empty: the Deployments it created come back as watch events and
+  sync their Bars once more, writing nothing), the in-use bytes of the
+  controller's heap profile taken right after a collection: what its
   caches and event series hold. For this the controller runs with
   `+"`--profiling`"+`, which only adds /debug/pprof/ to its metrics endpoint.
   With Go's default GOGC=100 the heap grows to about twice what is live
@@ -268,7 +270,11 @@ runs each, each over %d new Bars; converge time from the first create.
 	}
 	b.WriteString("\n## Live heap in detail\n\nThe functions that allocated the most of the live heap (the leaf of each\nallocation's stack below the runtime):\n\n")
 	for _, r := range rs {
-		fmt.Fprintf(&b, "- %d Bars, %d unrelated: %.1f MB: %s\n", r.N, r.Unrelated, mb(r.Heap.Live), r.Heap.describe())
+		after := make([]string, len(r.QueueEmptyAfter))
+		for i, d := range r.QueueEmptyAfter {
+			after[i] = secs(d)
+		}
+		fmt.Fprintf(&b, "- %d Bars, %d unrelated: %.1f MB (work queue empty %s after convergence): %s\n", r.N, r.Unrelated, mb(r.Heap.Live), strings.Join(after, ", "), r.Heap.describe())
 	}
 	return b.String()
 }

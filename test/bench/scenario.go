@@ -75,8 +75,11 @@ type result struct {
 	// mean user+system time.
 	PeakRSS int64
 	CPU     time.Duration
-	// Heap is the last run's controller's live heap once converged (heap.go).
-	Heap heapSummary
+	// Heap is the last run's controller's live heap once converged and
+	// idle (heap.go); QueueEmptyAfter is, per run, how long after
+	// convergence its work queue was empty, when the profile was taken.
+	Heap            heapSummary
+	QueueEmptyAfter []time.Duration
 	// FloorServerCPU and ControllerServerCPU are what kube-apiserver and
 	// etcd spent (user+system) over each floor and each controller run:
 	// the work each asked of the API server.
