@@ -79,6 +79,9 @@ bench: build ## Measure converge time against a floor, writes per Bar, idle writ
 # The large sizes take most of an hour on 2 cores (150,000 objects per
 # floor), so they have a report of their own: one controller run per row,
 # 5,000 Bars measured again in the same run for the linearity target.
+# The test API server and etcd hold about 23 GB by the end of the
+# 50,000-Bar row (docs/measurements.md, 50,000 Bars): a machine with
+# 24 GB runs it; two controller runs per row (make bench N=50000) need more.
 .PHONY: bench-large
 bench-large: build ## Measure 5,000 and 50,000 Bars (one run each, about 35 minutes); writes docs/benchmarks-large.md and its plot.
 	go build -o bin/bench ./test/bench
