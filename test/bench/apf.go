@@ -18,9 +18,7 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -138,7 +136,7 @@ func (s scenario) apfRun(ctx context.Context, c *testcluster.Cluster, w writers,
 	// The Events are written after the syncs, in the same seat: let them
 	// finish before counting, so that both variants are counted whole.
 	time.Sleep(5 * time.Second)
-	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} // #nosec G402 -- the controller's self-signed certificate on loopback
+	client := loopbackClient()
 	m, err := testcluster.Scrape(client, "https://"+metricsAddr+"/metrics", c.Config.BearerToken)
 	if err != nil {
 		return run, err

@@ -18,7 +18,6 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
 	"net/http"
 	"os"
@@ -196,12 +195,10 @@ func (s scenario) idle(c *testcluster.Cluster, kubeconfig string, r *result) err
 // of the "bars" queue both 0, twice in a row a second apart), and returns
 // how long that took.
 func waitQueueEmpty(ctx context.Context, metricsAddr, token string) (time.Duration, error) {
-	client := &http.Client{Transport: &http.Transport{
-		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, // #nosec G402 -- the controller's self-signed certificate on loopback
-		// Uncompressed: the gzip writers the metrics handler would pool
-		// for these scrapes would show in the live heap taken next.
-		DisableCompression: true,
-	}}
+	client := loopbackClient()
+	// Uncompressed: the gzip writers the metrics handler would pool for
+	// these scrapes would show in the live heap taken next.
+	client.Transport.(*http.Transport).DisableCompression = true
 	start, quiet := time.Now(), 0
 	queue := map[string]string{"name": "bars"}
 	err := wait.PollUntilContextTimeout(ctx, time.Second, 10*time.Minute, true, func(context.Context) (bool, error) {

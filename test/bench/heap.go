@@ -20,7 +20,6 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"crypto/tls"
 	"fmt"
 	"io"
 	"net/http"
@@ -65,7 +64,7 @@ func liveHeap(ctx context.Context, metricsAddr, token, save string, top int) (he
 		return heapSummary{}, err
 	}
 	req.Header.Set("Authorization", "Bearer "+token)
-	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} // #nosec G402 -- the controller's self-signed certificate on loopback
+	client := loopbackClient()
 	resp, err := client.Do(req)
 	if err != nil {
 		return heapSummary{}, err

@@ -18,7 +18,6 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
 	"io"
 	"net/http"
@@ -52,9 +51,8 @@ func startMonitor(c *testcluster.Cluster, path string) (*monitor, error) {
 	m := &monitor{stop: cancel, done: make(chan struct{})}
 	m.phase.Store("start")
 	fmt.Fprintln(f, "seconds\tstep\treadyz\tapiserver RSS MB\tapiserver CPU s\tetcd RSS MB\tetcd CPU s\tetcd db MB\tetcd db in use MB")
-	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{
-		InsecureSkipVerify: true, // the test API server's self-signed certificate
-	}}}
+	client := loopbackClient()
+	client.Timeout = 10 * time.Second
 	go func() {
 		defer close(m.done)
 		defer f.Close()
@@ -108,23 +106,15 @@ func processSample(c *testcluster.Cluster, name string) []string {
 	if err != nil {
 		return []string{"?", "?"}
 	}
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	rss, err := memoryField(pid, "VmRSS")
 	if err != nil {
 		return []string{"?", "?"}
 	}
-	rss := "?"
-	for _, line := range strings.Split(string(status), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			var kb int64
-			fmt.Sscan(strings.TrimSuffix(strings.TrimSpace(v), " kB"), &kb)
-			rss = fmt.Sprintf("%.0f", float64(kb)/1024)
-		}
-	}
 	_, cpu, err := usage(pid)
 	if err != nil {
-		return []string{rss, "?"}
+		return []string{fmt.Sprintf("%.0f", mb(rss)), "?"}
 	}
-	return []string{rss, fmt.Sprintf("%.1f", cpu.Seconds())}
+	return []string{fmt.Sprintf("%.0f", mb(rss)), fmt.Sprintf("%.1f", cpu.Seconds())}
 }
 
 // etcdSize reads etcd's own gauges from its client URL (plain HTTP, no
@@ -136,11 +126,12 @@ func etcdSize(client *http.Client, c *testcluster.Cluster) []string {
 	}
 	var out []string
 	for _, name := range []string{"etcd_mvcc_db_total_size_in_bytes", "etcd_mvcc_db_total_size_in_use_in_bytes"} {
-		v := "?"
-		if f := m[name]; f != nil && len(f.GetMetric()) > 0 {
-			v = fmt.Sprintf("%.0f", f.GetMetric()[0].GetGauge().GetValue()/(1<<20))
+		v, ok := m.Value(name, nil)
+		if !ok {
+			out = append(out, "?")
+			continue
 		}
-		out = append(out, v)
+		out = append(out, fmt.Sprintf("%.0f", v/(1<<20)))
 	}
 	return out
 }

@@ -265,16 +265,9 @@ func serverCPU(c *testcluster.Cluster) (time.Duration, error) {
 
 // usage reads a live process's peak resident set (VmHWM) and CPU time.
 func usage(pid int) (int64, time.Duration, error) {
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	hwm, err := memoryField(pid, "VmHWM")
 	if err != nil {
 		return 0, 0, err
-	}
-	var hwm int64
-	for _, line := range strings.Split(string(status), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			hwm = kb * 1024
-		}
 	}
 	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
@@ -287,6 +280,22 @@ func usage(pid int) (int64, time.Duration, error) {
 	stime, _ := strconv.ParseInt(f[12], 10, 64)
 	// USER_HZ is 100 on Linux for every architecture Go supports.
 	return hwm, time.Duration(utime+stime) * 10 * time.Millisecond, nil
+}
+
+// memoryField reads one of the kB fields of /proc/<pid>/status (VmHWM,
+// VmRSS), in bytes.
+func memoryField(pid int, field string) (int64, error) {
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb * 1024, err
+		}
+	}
+	return 0, fmt.Errorf("/proc/%d/status has no %s", pid, field)
 }
 
 // convergence watches the bench namespace and counts the Bars that are
