@@ -85,6 +85,9 @@ func TestRenameServesWithoutInterruption(t *testing.T) {
 
 	requests, failures := p.result()
 	t.Logf("%d requests every 100 ms through the rename, %d failed", requests, len(failures))
+	// A count, not a time: the window (from the patch until the old Pods
+	// are gone, and a second more) holds some 10 requests a second, so 20
+	// says it spanned the rename rather than a moment of it.
 	if requests < 20 {
 		t.Errorf("only %d requests: the window proves nothing", requests)
 	}
@@ -129,6 +132,10 @@ type prober struct {
 }
 
 func (p *prober) run(ctx context.Context) {
+	// A Pod that has not answered in 1 s counts as a failed request: a
+	// claim about speed (the app answers a GET in milliseconds, but its
+	// Pod has no CPU request, so the fewest CPU shares on a busy node)
+	// whose noise model is still to be measured (hack/flake-hunt.sh).
 	client := &http.Client{Timeout: time.Second}
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
