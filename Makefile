@@ -97,6 +97,25 @@ faults: ## Kill kube-apiserver, freeze etcd, SIGKILL the controller or its leade
 	kube_bin_dir="$$(hack/install-k8s-binaries.sh etcd kube-apiserver kubectl | tail -n 1)" && \
 	KUBE_BIN_DIR="$$kube_bin_dir" BAR_REQUIRE_INTEGRATION=1 BAR_FAULTS_ALL=1 go test -count=1 -v -timeout=30m ./test/faults
 
+# hack/flake-hunt.sh reruns tests in fresh processes and prints each one's
+# pass rate and the spread of every figure it logs: the noise model a time
+# bound in a test is derived from. PKG= the package (./test/faults), RUN=
+# the -run regexp, N= the runs (10 here; bench's N means something else);
+# FLAKE_HUNT_FLAGS passes --race, --markdown, --stop-on-fail. The
+# environment is make faults' (the real-cluster tests must run, the slow
+# fault cases too) and, as root for test/node, make test's.
+PKG ?= .
+RUN ?= .
+FLAKE_HUNT_FLAGS ?=
+
+.PHONY: flake-hunt
+flake-hunt: N = 10
+flake-hunt: ## Rerun the tests RUN= of package PKG= N= times (default 10) in fresh processes; print each test's pass rate and the min/median/max of every figure it logs (hack/flake-hunt.sh).
+	dir="$$($(KUBE_BIN_DIR_CMD))"; \
+	if [[ $$(id -u) -eq 0 && "$(PKG)" == *test/node* ]]; then hack/install-node-deps.sh; export BAR_REQUIRE_NODE=1; fi; \
+	KUBE_BIN_DIR="$$dir" BAR_REQUIRE_INTEGRATION=1 BAR_FAULTS_ALL=1 \
+	  hack/flake-hunt.sh $(FLAKE_HUNT_FLAGS) "$(PKG)" "$(RUN)" "$(N)"
+
 FUZZTIME ?= 2m
 
 .PHONY: fuzz
