@@ -23,8 +23,9 @@ limitations under the License.
 //
 //	nonResourceURLs: ["/metrics"], verbs: ["get"]
 //
-// may scrape; anyone else gets 401 or 403 (or 429, see limit.go). The controller's own
-// ServiceAccount needs "create" on tokenreviews and subjectaccessreviews.
+// may scrape; anyone else gets 401 or 403, or 429 (limit.go, answer.go),
+// never 500. The controller's own ServiceAccount needs "create" on
+// tokenreviews and subjectaccessreviews.
 //
 // k8s.io/apiserver's delegating authenticator and authorizer implement the
 // same two calls, but importing them adds gRPC, OpenTelemetry and CEL and
@@ -45,7 +46,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -149,62 +149,60 @@ func newWithClock(client kubernetes.Interface, opts Options, c clock.PassiveCloc
 	}
 }
 
-// errThrottled: a review was needed and a bound said no.
-var errThrottled = errors.New("too many reviews")
-
-// retryAfter is what a throttled caller is told: about when the
-// newcomers' bucket has a token again for one address.
-const retryAfter = time.Second
-
-// Wrap returns h behind the filter.
+// Wrap returns h behind the filter. Every answer it gives itself is 401,
+// 403 or 429 with the reason in the body (answer.go).
 func (f *Filter) Wrap(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx := r.Context()
 		logger := klog.FromContext(ctx)
 		token, ok := bearerToken(r)
 		if !ok {
-			http.Error(w, "Unauthorized", http.StatusUnauthorized)
+			http.Error(w, "Unauthorized: no bearer token", http.StatusUnauthorized)
 			return
 		}
 		user, err := f.authenticate(ctx, token, r.RemoteAddr)
-		if errors.Is(err, errThrottled) {
-			throttled(w)
-			return
-		}
 		if err != nil {
-			logger.Error(err, "Token review failed", "path", r.URL.Path)
-			http.Error(w, "Authentication failed", http.StatusInternalServerError)
+			f.failed(w, r, tokenReview, err, "Token review failed")
 			return
 		}
 		if user == nil {
-			// Why stays in our log: a caller probing tokens learns nothing.
+			// The API server's reason stays in our log (review.go): a
+			// caller probing tokens learns nothing from it.
 			logger.V(4).Info("Unauthenticated request", "path", r.URL.Path, "remote", r.RemoteAddr)
-			http.Error(w, "Unauthorized", http.StatusUnauthorized)
+			http.Error(w, "Unauthorized: the API server did not accept the token", http.StatusUnauthorized)
 			return
 		}
 		verb := strings.ToLower(r.Method)
 		d, err := f.authorize(ctx, user, verb, r.URL.Path)
-		if errors.Is(err, errThrottled) {
-			throttled(w)
-			return
-		}
 		if err != nil {
-			logger.Error(err, "Subject access review failed", "user", user.Username, "path", r.URL.Path)
-			http.Error(w, "Authorization failed", http.StatusInternalServerError)
+			f.failed(w, r, accessReview, err, "Subject access review failed", "user", user.Username)
 			return
 		}
 		if !d.allowed {
 			logger.V(4).Info("Forbidden request", "user", user.Username, "path", r.URL.Path, "reason", d.reason)
-			http.Error(w, fmt.Sprintf("Forbidden (user=%s, verb=%s, path=%s)", user.Username, verb, r.URL.Path), http.StatusForbidden)
+			msg := fmt.Sprintf("Forbidden (user=%s, verb=%s, path=%s)", user.Username, verb, r.URL.Path)
+			if d.reason != "" {
+				// As the API server's own 403 does: the caller is known, and
+				// the authorizer's reason is meant for it.
+				msg += ": " + d.reason
+			}
+			http.Error(w, msg, http.StatusForbidden)
 			return
 		}
 		h.ServeHTTP(w, r)
 	})
 }
 
-func throttled(w http.ResponseWriter) {
-	w.Header().Set("Retry-After", strconv.Itoa(int(retryAfter/time.Second)))
-	http.Error(w, "Too many requests", http.StatusTooManyRequests)
+// failed answers a request whose review of the given kind gave no
+// decision, and logs why unless a bound of ours refused it.
+func (f *Filter) failed(w http.ResponseWriter, r *http.Request, review string, err error, msg string, kv ...any) {
+	fail := classify(review, err, f.timeout)
+	var throttled *throttledError
+	if !errors.As(err, &throttled) {
+		kv = append(kv, "path", r.URL.Path, "status", fail.code, "cause", fail.why)
+		klog.FromContext(r.Context()).Error(err, msg, kv...)
+	}
+	fail.answer(w, review)
 }
 
 func bearerToken(r *http.Request) (string, bool) {

@@ -70,7 +70,7 @@ func TestFilter(t *testing.T) {
 		{"allowed user", "Bearer prometheus", "/metrics", http.StatusOK, []string{"tokenreviews", "subjectaccessreviews"}},
 		{"user without the permission", "Bearer nobody", "/metrics", http.StatusForbidden, []string{"tokenreviews", "subjectaccessreviews"}},
 		{"allowed user, other path", "Bearer prometheus", "/debug/pprof", http.StatusForbidden, []string{"tokenreviews", "subjectaccessreviews"}},
-		{"API server unreachable", "Bearer broken", "/metrics", http.StatusInternalServerError, []string{"tokenreviews"}},
+		{"API server unreachable", "Bearer broken", "/metrics", http.StatusTooManyRequests, []string{"tokenreviews"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -80,8 +81,9 @@ func (f *flood) bogus(remote string, n int) map[int]int {
 	for i := range n {
 		rec := f.get(remote, fmt.Sprintf("bogus-%s-%d-%d", remote, f.clock.Now().UnixNano(), i), "/metrics")
 		codes[rec.Code]++
-		if rec.Code == http.StatusTooManyRequests && rec.Header().Get("Retry-After") != "1" {
-			f.t.Errorf("429 with Retry-After %q, want 1", rec.Header().Get("Retry-After"))
+		if rec.Code == http.StatusTooManyRequests && (rec.Header().Get("Retry-After") != "1" ||
+			!strings.HasPrefix(rec.Body.String(), "Too Many Requests: could not review the token: the controller sends no more reviews now (bound: ")) {
+			f.t.Errorf("429 with Retry-After %q and body %q, want 1 and the bound named", rec.Header().Get("Retry-After"), rec.Body.String())
 		}
 	}
 	return codes
@@ -324,7 +326,7 @@ func TestInFlightBound(t *testing.T) {
 
 // TestReviewTimeout: a review the API server never answers fails after
 // Options.Timeout, even if the scraper would wait longer, and frees its
-// slot.
+// slot; the caller may retry (429).
 func TestReviewTimeout(t *testing.T) {
 	hang := make(chan struct{})
 	srv := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
@@ -350,8 +352,11 @@ func TestReviewTimeout(t *testing.T) {
 		start := time.Now()
 		h.ServeHTTP(rec, req)
 		took := time.Since(start)
-		if rec.Code != http.StatusInternalServerError || took < o.Timeout || took > 10*o.Timeout {
-			t.Errorf("request %d: %d after %v, want 500 after the %v timeout (and the slot freed for the next)", i, rec.Code, took, o.Timeout)
+		if rec.Code != http.StatusTooManyRequests || took < o.Timeout || took > 10*o.Timeout {
+			t.Errorf("request %d: %d after %v, want 429 after the %v timeout (and the slot freed for the next)", i, rec.Code, took, o.Timeout)
+		}
+		if !strings.Contains(rec.Body.String(), "did not answer within 200ms") || rec.Header().Get("Retry-After") != "1" {
+			t.Errorf("request %d: body %q, Retry-After %q: want the timeout named, and 1", i, rec.Body.String(), rec.Header().Get("Retry-After"))
 		}
 	}
 }

@@ -25,6 +25,7 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
 
 	"github.com/barcontroller/bar-controller/internal/metrics"
 )
@@ -37,7 +38,7 @@ const (
 )
 
 // authenticate returns whose token it is, or nil if the API server does not
-// accept it, or errThrottled if it would have to ask and may not now.
+// accept it, or a *throttledError if it would have to ask and may not now.
 func (f *Filter) authenticate(ctx context.Context, token, remoteAddr string) (*authenticationv1.UserInfo, error) {
 	key := sha256.Sum256([]byte(token))
 	if user, ok := f.cachedUser(key); ok {
@@ -64,12 +65,12 @@ func (f *Filter) authenticate(ctx context.Context, token, remoteAddr string) (*a
 		// cache (one a minute per token), not by where it comes from.
 		if l == f.newcomers && !f.clients.allow(remoteAddr) {
 			metrics.RecordAuthThrottled(metrics.AuthTokenReview, l.name, metrics.AuthThrottledClient)
-			return nil, errThrottled
+			return nil, &throttledError{lane: l.name, reason: metrics.AuthThrottledClient}
 		}
 		release, reason := l.admit()
 		if release == nil {
 			metrics.RecordAuthThrottled(metrics.AuthTokenReview, l.name, reason)
-			return nil, errThrottled
+			return nil, &throttledError{lane: l.name, reason: reason}
 		}
 		defer release()
 		rctx, cancel := f.reviewContext(ctx)
@@ -81,6 +82,10 @@ func (f *Filter) authenticate(ctx context.Context, token, remoteAddr string) (*a
 			return nil, err
 		}
 		if !review.Status.Authenticated {
+			// Status.Error is why, such as "invalid bearer token": a
+			// refusal all the same, as the API server's webhook token
+			// authenticator takes it, so it is remembered as one.
+			klog.FromContext(ctx).V(4).Info("Token not accepted", "error", review.Status.Error)
 			metrics.RecordAuthReview(metrics.AuthTokenReview, l.name, resultDenied)
 			f.refusedTokens.Add(key, struct{}{}, denyTTL)
 			// A revoked token leaves the returning lane.
@@ -137,7 +142,7 @@ func (f *Filter) authorize(ctx context.Context, user *authenticationv1.UserInfo,
 		release, reason := l.admit()
 		if release == nil {
 			metrics.RecordAuthThrottled(metrics.AuthAccessReview, l.name, reason)
-			return nil, errThrottled
+			return nil, &throttledError{lane: l.name, reason: reason}
 		}
 		defer release()
 		extra := make(map[string]authorizationv1.ExtraValue, len(user.Extra))
@@ -155,6 +160,12 @@ func (f *Filter) authorize(ctx context.Context, user *authenticationv1.UserInfo,
 		if err != nil {
 			metrics.RecordAuthReview(metrics.AuthAccessReview, l.name, resultError)
 			return nil, err
+		}
+		// EvaluationError: some authorizer of the API server's chain
+		// failed; the others' answer stands, as for the API server's own
+		// requests.
+		if review.Status.EvaluationError != "" {
+			klog.FromContext(ctx).V(2).Info("Subject access review partly evaluated", "user", user.Username, "path", path, "error", review.Status.EvaluationError)
 		}
 		d := decision{allowed: review.Status.Allowed && !review.Status.Denied, reason: review.Status.Reason}
 		if d.allowed {
