@@ -106,7 +106,7 @@ func TestRepairsDrift(t *testing.T) {
 			f.bars = append(f.bars, bar)
 			f.deployments = append(f.deployments, d)
 
-			f.kubeactions = append(f.kubeactions, applyDeploymentAction(bar, true))
+			f.kubeactions = append(f.kubeactions, applyDeploymentAction(bar, d))
 			f.events = []string{"Normal DeploymentUpdated Updated Deployment web to match the Bar: " + tc.fields}
 			f.run(ctx, keyOf(bar))
 		})
@@ -177,7 +177,7 @@ func TestApplyThatChangesNothingIsNotAnnounced(t *testing.T) {
 	if err := c.syncHandler(ctx, keyOf(bar)); err != nil {
 		t.Fatal(err)
 	}
-	checkActions(t, "kube", []core.Action{applyDeploymentAction(bar, true)}, f.kubeclient.Actions())
+	checkActions(t, "kube", []core.Action{applyDeploymentAction(bar, d)}, f.kubeclient.Actions())
 	checkEvents(t, nil, f.recorder.Events)
 }
 

@@ -363,8 +363,14 @@ func readyMessage(available, want int32, name string) string {
 
 // --- expected requests ---
 
-func applyDeploymentAction(bar *barv1.Bar, force bool) core.Action {
-	body, err := json.Marshal(newDeployment(bar))
+// applyDeploymentAction is the forced apply that repairs a Deployment,
+// carrying the resourceVersion it was judged on as a precondition.
+func applyDeploymentAction(bar *barv1.Bar, judged metav1.Object) core.Action {
+	want := newDeployment(bar)
+	if rv := judged.GetResourceVersion(); rv != "" {
+		want.WithResourceVersion(rv)
+	}
+	body, err := json.Marshal(want)
 	if err != nil {
 		panic(err)
 	}
@@ -372,7 +378,7 @@ func applyDeploymentAction(bar *barv1.Bar, force bool) core.Action {
 		ActionImpl: core.ActionImpl{Namespace: bar.Namespace, Verb: "patch",
 			Resource: appsv1.SchemeGroupVersion.WithResource("deployments")},
 		Name: bar.Spec.Deployment.Name, PatchType: types.ApplyPatchType, Patch: body,
-		PatchOptions: metav1.PatchOptions{FieldManager: fieldManager, Force: ptr.To(force)},
+		PatchOptions: metav1.PatchOptions{FieldManager: fieldManager, Force: ptr.To(true)},
 	}
 }
 
@@ -417,12 +423,14 @@ func applyStatusAction(bar *barv1.Bar, available int32, status metav1.ConditionS
 	}
 }
 
+// deleteDeploymentAction deletes d as the cache showed it: its UID and
+// resourceVersion are preconditions.
 func deleteDeploymentAction(d *appsv1.Deployment) core.Action {
 	return core.DeleteActionImpl{
 		ActionImpl: core.ActionImpl{Namespace: d.Namespace, Verb: "delete",
 			Resource: appsv1.SchemeGroupVersion.WithResource("deployments")},
 		Name:          d.Name,
-		DeleteOptions: metav1.DeleteOptions{Preconditions: metav1.NewUIDPreconditions(string(d.UID))},
+		DeleteOptions: metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &d.UID, ResourceVersion: ptr.To(d.ResourceVersion)}},
 	}
 }
 

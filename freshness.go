@@ -20,6 +20,8 @@ import (
 	"fmt"
 	"sync"
 
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"k8s.io/client-go/tools/cache"
@@ -116,13 +118,30 @@ type staleCacheError struct {
 	// ahead, if set, is the cache that has read up to wrote: the stale one
 	// is behind another cache rather than behind the controller's write.
 	ahead string
+	// object, if set, is the Deployment the two caches disagree about:
+	// read and wrote are then the resourceVersions of it each one holds.
+	object string
 }
 
 func (e *staleCacheError) Error() string {
+	if e.object != "" {
+		return fmt.Sprintf("%s cache holds %s at resourceVersion %s but the %s cache at %s", e.resource, e.object, e.read, e.ahead, e.wrote)
+	}
 	if e.ahead != "" {
 		return fmt.Sprintf("%s cache has read up to resourceVersion %s but the %s cache up to %s", e.resource, e.read, e.ahead, e.wrote)
 	}
 	return fmt.Sprintf("%s cache has read up to resourceVersion %s but the controller wrote %s", e.resource, e.read, e.wrote)
+}
+
+// behind names the cache a sync that met e waits for.
+func (e *staleCacheError) behind() string {
+	if e.object != "" {
+		return "deployments"
+	}
+	if e.ahead == "deployments" {
+		return "metadata"
+	}
+	return e.resource
 }
 
 // metadataCaughtUp returns a staleCacheError if the metadata cache of
@@ -142,4 +161,90 @@ func metadataCaughtUp(full, meta rvStore) error {
 		return nil
 	}
 	return &staleCacheError{resource: "deployment metadata", read: m, wrote: f, ahead: "deployments"}
+}
+
+// compareRVs compares two resourceVersions of one resource; ok is false
+// when they do not compare (an empty store, an object from a fake).
+func compareRVs(a, b string) (cmp int, ok bool) {
+	cmp, err := resourceversion.CompareResourceVersion(a, b)
+	return cmp, err == nil
+}
+
+// newestDeployment decides what the sync may believe about the Deployment
+// a Bar names, from the two caches that hold it: have is the full cache's
+// copy (only Deployments with the managed-by label), meta the metadata
+// cache's (every Deployment), either nil when that cache holds none; full
+// and metaStore say how far each cache has read. It returns the holder of
+// the name (nil if nobody holds it) and have if the sync may act on it.
+//
+// The two informers watch the same objects and deliver independently, so
+// for a moment after any change one cache holds a newer version than the
+// other. The sync must judge ownership from the newer one: when someone
+// removes the Bar's ownerReference and the full cache has the change
+// first, the metadata cache still shows the Deployment controlled by the
+// Bar, and a sync that believed it would force an apply and put the
+// ownerReference back. So, for one Deployment:
+//
+//   - the newer copy (by resourceVersion) decides who controls it;
+//   - a Deployment the newer copy says is not this Bar's is left alone at
+//     once: nothing more could make it ours;
+//   - if it is this Bar's but the full cache holds an older copy, or none
+//     yet, the sync waits for the full cache (a staleCacheError), since
+//     drift is judged on the full copy and writes follow from it.
+//
+// With copies whose versions do not compare (fakes), the metadata cache
+// decides, as before this rule.
+func newestDeployment(bar metav1.Object, have *appsv1.Deployment, meta metav1.Object, full, metaStore rvStore) (metav1.Object, *appsv1.Deployment, error) {
+	switch {
+	case have == nil && meta == nil:
+		return nil, nil, nil
+	case meta == nil:
+		// The metadata cache has not read the Deployment yet (then the
+		// full cache is the newer), or has read its deletion, which the
+		// full cache has yet to: then the full copy is a Deployment that
+		// is gone, and acting on it would recreate it by apply.
+		if cmp, ok := compareRVs(metaStore.LastStoreSyncResourceVersion(), have.ResourceVersion); ok && cmp > 0 {
+			return nil, nil, &staleCacheError{resource: "deployments", object: have.Name, read: have.ResourceVersion,
+				ahead: "deployment metadata (which no longer holds it)", wrote: metaStore.LastStoreSyncResourceVersion()}
+		}
+		return have, have, nil
+	case have != nil:
+		cmp, ok := compareRVs(have.ResourceVersion, meta.GetResourceVersion())
+		switch {
+		case !ok:
+			if have.UID != meta.GetUID() {
+				have = nil
+			}
+			return meta, have, nil
+		case cmp >= 0:
+			// The full copy is as new or newer; with another UID, the
+			// metadata cache still holds a namesake that is gone.
+			return have, have, nil
+		case have.UID == meta.GetUID():
+			if !metav1.IsControlledBy(meta, bar) {
+				return meta, nil, nil
+			}
+			return nil, nil, &staleCacheError{resource: "deployments", object: have.Name, read: have.ResourceVersion,
+				ahead: "deployment metadata", wrote: meta.GetResourceVersion()}
+		}
+		// The full cache still holds a namesake that is gone: judge the
+		// metadata copy alone.
+	}
+	if !metav1.IsControlledBy(meta, bar) {
+		return meta, nil, nil
+	}
+	// The Bar's Deployment, which the full cache does not hold: it lost
+	// its managed-by label (the full cache read that as a delete), or it
+	// is a change the full cache has yet to read. Only the first may be
+	// acted on: the full cache has then read as far as the metadata copy,
+	// and the metadata cache is not behind the full one either (which
+	// would make its copy a deleted Deployment, metadataCaughtUp).
+	if err := metadataCaughtUp(full, metaStore); err != nil {
+		return nil, nil, err
+	}
+	if cmp, ok := compareRVs(full.LastStoreSyncResourceVersion(), meta.GetResourceVersion()); ok && cmp < 0 {
+		return nil, nil, &staleCacheError{resource: "deployments", object: meta.GetName(), read: "none (read up to " + full.LastStoreSyncResourceVersion() + ")",
+			ahead: "deployment metadata", wrote: meta.GetResourceVersion()}
+	}
+	return meta, nil, nil
 }

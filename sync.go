@@ -18,6 +18,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -30,6 +31,7 @@ import (
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 
 	barv1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1"
 )
@@ -69,16 +71,16 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) erro
 	}
 
 	holder, deployment, err := c.deploymentFor(bar)
+	var stale *staleCacheError
+	if errors.As(err, &stale) {
+		c.trace.read(key, bar, nil)
+		c.trace.decision(key, "the Deployment caches disagree: wait for the "+stale.behind()+" cache", err.Error())
+		return err
+	}
 	if err != nil {
 		return err
 	}
 	c.trace.read(key, bar, deployment)
-	if holder != nil && deployment == nil && metav1.IsControlledBy(holder, bar) {
-		if err := metadataCaughtUp(c.deploymentsStore, c.deploymentMetaIndexer); err != nil {
-			c.trace.decision(key, "the Deployment caches disagree: wait for the metadata cache", err.Error())
-			return err
-		}
-	}
 	if holder != nil && !metav1.IsControlledBy(holder, bar) {
 		// Someone else's Deployment: never touch it. No error either, so no
 		// retry loop: the Deployment handler enqueues this Bar again when
@@ -87,7 +89,7 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) erro
 		return c.updateStatus(ctx, bar, 0, notOwnedReadiness(holder))
 	}
 
-	deployment, err = c.applyDeployment(ctx, bar, holder != nil, deployment)
+	deployment, err = c.applyDeployment(ctx, bar, holder, deployment)
 	if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
 		// The namespace is going, and the Bar with it: retrying would only
 		// repeat a create the API server refuses until the Bar is gone.
@@ -142,25 +144,21 @@ func (c *Controller) deploymentFor(bar *barv1.Bar) (holder metav1.Object, have *
 	if err != nil {
 		return nil, nil, err
 	}
-	switch {
-	case exists:
-		holder = obj.(metav1.Object)
-	case have != nil:
-		// The metadata cache has not seen it yet: the full one is enough.
-		holder = have
+	var meta metav1.Object
+	if exists {
+		meta = obj.(metav1.Object)
 	}
-	if have != nil && holder.GetUID() != have.UID {
-		// The full cache still shows a namesake that is gone.
-		have = nil
-	}
-	return holder, have, nil
+	// The two caches may hold different versions of it: believe the
+	// newer, or wait (freshness.go).
+	return newestDeployment(bar, have, meta, c.deploymentsStore, c.deploymentMetaIndexer)
 }
 
 // applyDeployment makes the Deployment match the Bar, writing only if the
-// cached one (have) differs, and returns the result. exists says whether
-// the Deployment exists (it then is this Bar's); have is nil when it does
-// not, or when it lost the label that puts it in the full cache.
-func (c *Controller) applyDeployment(ctx context.Context, bar *barv1.Bar, exists bool, have *appsv1.Deployment) (*appsv1.Deployment, error) {
+// cached one (have) differs, and returns the result. holder is the
+// Deployment the caches show under the name (then it is this Bar's), nil
+// if there is none; have is nil when there is none, or when it lost the
+// label that puts it in the full cache.
+func (c *Controller) applyDeployment(ctx context.Context, bar *barv1.Bar, holder metav1.Object, have *appsv1.Deployment) (*appsv1.Deployment, error) {
 	key := cache.MetaObjectToName(bar)
 	want := newDeployment(bar)
 	var diff []string
@@ -171,7 +169,7 @@ func (c *Controller) applyDeployment(ctx context.Context, bar *barv1.Bar, exists
 			return have, nil
 		}
 		c.trace.decision(key, "Deployment differs: apply with force", strings.Join(diff, ", "))
-	case exists:
+	case holder != nil:
 		diff = []string{"metadata.labels"}
 		c.trace.decision(key, "Deployment lost its managed-by label: apply with force", "")
 	default:
@@ -179,7 +177,15 @@ func (c *Controller) applyDeployment(ctx context.Context, bar *barv1.Bar, exists
 		return c.createDeployment(ctx, bar, want)
 	}
 	// Force takes fields back from whoever changed them; it is used only on
-	// a Deployment the cache shows this Bar controls.
+	// a Deployment the cache shows this Bar controls. The cache may be
+	// behind the API server: someone may have taken the Deployment away
+	// (removed its ownerReference) a moment ago, and a forced apply would
+	// put the reference back. So the apply carries the resourceVersion it
+	// was judged on, a precondition: if the Deployment changed since, the
+	// API server answers Conflict, and the retry judges the newer version.
+	if rv := holder.GetResourceVersion(); rv != "" {
+		want.WithResourceVersion(rv)
+	}
 	opts := metav1.ApplyOptions{FieldManager: fieldManager, Force: true}
 	start := time.Now()
 	d, err := c.kubeclientset.AppsV1().Deployments(bar.Namespace).Apply(ctx, want, opts)
@@ -250,11 +256,17 @@ func (c *Controller) deleteOldDeployments(ctx context.Context, bar *barv1.Bar, o
 	key := cache.MetaObjectToName(bar)
 	for _, d := range old {
 		c.trace.decision(key, "renamed, and the new Deployment is available: delete the old one", d.GetName())
-		// The UID precondition makes sure we delete the object we looked
-		// at, not a namesake created since.
+		// The preconditions make sure we delete the object we looked at,
+		// not a namesake created since (the UID), and as we looked at it
+		// (the resourceVersion): a Deployment someone took away from the
+		// Bar since the cache read it is no longer ours to delete.
+		pre := metav1.Preconditions{UID: ptr.To(d.GetUID())}
+		if rv := d.GetResourceVersion(); rv != "" {
+			pre.ResourceVersion = &rv
+		}
 		start := time.Now()
 		err := c.kubeclientset.AppsV1().Deployments(d.GetNamespace()).Delete(ctx, d.GetName(),
-			metav1.DeleteOptions{Preconditions: metav1.NewUIDPreconditions(string(d.GetUID()))})
+			metav1.DeleteOptions{Preconditions: &pre})
 		c.trace.apiCall(key, "delete deployments/"+d.GetName(), start, nil, err)
 		if apierrors.IsNotFound(err) {
 			continue

@@ -1,0 +1,212 @@
+/*
+Copyright The bar-controller Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package main
+
+import (
+	"errors"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	core "k8s.io/client-go/testing"
+	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
+
+	barv1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1"
+)
+
+// The two Deployment caches (the full one of managed Deployments, the
+// metadata one of every Deployment) deliver independently, so they often
+// hold different versions of one Deployment for a moment. These tests put
+// the caches in each such state, which the other unit tests never do
+// (they fill both caches with the same object).
+
+// TestNewestDeployment: which copy the sync believes, or whether it waits.
+func TestNewestDeployment(t *testing.T) {
+	bar := newBar("test", "web", 2)
+	ours := func(rv string) *appsv1.Deployment {
+		d := ownedDeployment(bar)
+		d.ResourceVersion = rv
+		return d
+	}
+	taken := func(rv string) *appsv1.Deployment {
+		d := ours(rv)
+		d.OwnerReferences = nil
+		return d
+	}
+	namesake := func(rv string) *appsv1.Deployment {
+		d := ours(rv)
+		d.UID = types.UID("namesake-uid")
+		return d
+	}
+	meta := func(d *appsv1.Deployment) metav1.Object {
+		m, err := trimDeploymentMetadata(&metav1.PartialObjectMetadata{ObjectMeta: d.ObjectMeta})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m.(metav1.Object)
+	}
+	const (
+		fromFull = "full"
+		fromMeta = "metadata"
+		none     = "none"
+		wait     = "wait"
+	)
+	for _, tc := range []struct {
+		name               string
+		have               *appsv1.Deployment
+		meta               metav1.Object
+		fullRead, metaRead string
+		holder             string // which copy holds the name, or wait
+		acts               bool   // the sync may act on the full copy
+	}{
+		{"neither cache holds it", nil, nil, "30", "30", none, false},
+		{"both hold one version", ours("20"), meta(ours("20")), "30", "30", fromFull, true},
+		{"the metadata cache has not read the create", ours("20"), nil, "20", "19", fromFull, true},
+		{"the metadata cache read the delete, the full one not yet", ours("20"), nil, "20", "25", wait, false},
+		// The race of issue 27: someone removes the ownerReference, the
+		// full cache reads it first.
+		{"ownerReference removed, full cache first", taken("25"), meta(ours("20")), "25", "20", fromFull, true},
+		{"ownerReference removed, metadata cache first", ours("20"), meta(taken("25")), "20", "25", fromMeta, false},
+		{"a change of ours the full cache has yet to read", ours("20"), meta(ours("25")), "20", "25", wait, false},
+		{"the full cache holds a namesake that is gone", namesake("15"), meta(ours("20")), "20", "20", fromMeta, false},
+		{"the metadata cache holds a namesake that is gone", ours("20"), meta(namesake("15")), "20", "20", fromFull, true},
+		{"the label removed (the full cache read it as a delete)", nil, meta(ours("25")), "25", "25", fromMeta, false},
+		{"ours in metadata only, the full cache behind it", nil, meta(ours("25")), "20", "25", wait, false},
+		{"ours in metadata only, the metadata cache behind the full", nil, meta(ours("25")), "27", "26", wait, false},
+		{"someone else's, in metadata only", nil, meta(taken("25")), "20", "25", fromMeta, false},
+		{"versions that do not compare (fakes)", ours(""), meta(ours("")), "", "", fromMeta, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			holder, have, err := newestDeployment(bar, tc.have, tc.meta, &fakeRVStore{tc.fullRead}, &fakeRVStore{tc.metaRead})
+			var stale *staleCacheError
+			got := none
+			switch {
+			case errors.As(err, &stale):
+				got = wait
+				if holder != nil || have != nil {
+					t.Errorf("a wait returned a holder %v or a Deployment %v", holder, have)
+				}
+			case err != nil:
+				t.Fatal(err)
+			case holder == nil:
+			case holder == metav1.Object(tc.have):
+				got = fromFull
+			case holder == tc.meta:
+				got = fromMeta
+			default:
+				t.Fatalf("holder %v is neither copy", holder)
+			}
+			if got != tc.holder {
+				t.Errorf("holder from %s (%v), want %s", got, err, tc.holder)
+			}
+			if acts := have != nil; acts != tc.acts {
+				t.Errorf("the sync may act on the full copy: %v, want %v", acts, tc.acts)
+			}
+		})
+	}
+}
+
+// TestRemovedOwnerReferenceIsNotWrittenBack: a Deployment someone took away
+// from the Bar (removed its ownerReference, kept the labels) is reported
+// and left alone whichever cache reads the removal first; before, the
+// stale metadata copy made the sync force an apply that put the reference
+// back.
+func TestRemovedOwnerReferenceIsNotWrittenBack(t *testing.T) {
+	msg := "Deployment web already exists with no controller, so this Bar does not manage it; " +
+		"delete or rename that Deployment, or choose another spec.deployment.name"
+	for _, fullFirst := range []bool{true, false} {
+		name := "metadata cache first"
+		if fullFirst {
+			name = "full cache first"
+		}
+		t.Run(name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			f := newFixture(t)
+			bar := withStatus(newBar("test", "web", 2), 2, metav1.ConditionTrue, barv1.ReasonDeploymentAvailable, readyMessage(2, 2, "web"))
+			d := ownedDeployment(bar)
+			f.bars = append(f.bars, bar)
+			f.deployments = append(f.deployments, d)
+			c := f.newController(ctx)
+
+			taken := d.DeepCopy()
+			taken.ResourceVersion = "25"
+			taken.OwnerReferences = nil
+			// The API server drops a removed field from its manager's entry.
+			takenBy(t, taken, "", fieldpath.MakePathOrDie("metadata", "ownerReferences", fieldpath.KeyByFields("uid", string(bar.UID))))
+			if fullFirst {
+				f.updateFullCache(t, taken)
+			} else {
+				f.updateMetadataCache(t, taken)
+			}
+			if err := c.syncHandler(ctx, keyOf(bar)); err != nil {
+				t.Fatal(err)
+			}
+			checkActions(t, "kube", nil, f.kubeclient.Actions())
+			checkActions(t, "bar", []core.Action{applyStatusAction(bar, 0, metav1.ConditionFalse, barv1.ReasonDeploymentNotOwned, msg, fixedNow)}, f.client.Actions())
+			checkEvents(t, []string{"Warning DeploymentNotOwned " + msg}, f.recorder.Events)
+		})
+	}
+}
+
+// TestChangeTheFullCacheHasNotReadWaits: when the metadata cache holds a
+// newer version of the Bar's Deployment than the full one, drift judged on
+// the full copy would be judged on the older word: the sync waits.
+func TestChangeTheFullCacheHasNotReadWaits(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f := newFixture(t)
+	bar := withStatus(newBar("test", "web", 2), 2, metav1.ConditionTrue, barv1.ReasonDeploymentAvailable, readyMessage(2, 2, "web"))
+	d := ownedDeployment(bar)
+	d.Spec.Replicas = ptr.To[int32](5) // looks drifted in the full cache
+	takenBy(t, d, "kubectl", replicasPath)
+	f.bars = append(f.bars, bar)
+	f.deployments = append(f.deployments, d)
+	c := f.newController(ctx)
+	newer := d.DeepCopy()
+	newer.ResourceVersion = "25"
+	f.updateMetadataCache(t, newer)
+
+	err := c.syncHandler(ctx, keyOf(bar))
+	var stale *staleCacheError
+	if !errors.As(err, &stale) {
+		t.Fatalf("syncHandler: %v, want a stale cache", err)
+	}
+	checkActions(t, "kube", nil, f.kubeclient.Actions())
+	checkActions(t, "bar", nil, f.client.Actions())
+	checkEvents(t, nil, f.recorder.Events)
+}
+
+func (f *fixture) updateFullCache(t *testing.T, d *appsv1.Deployment) {
+	t.Helper()
+	if err := f.kubeInformers.Apps().V1().Deployments().Informer().GetIndexer().Update(d); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (f *fixture) updateMetadataCache(t *testing.T, d *appsv1.Deployment) {
+	t.Helper()
+	m, err := trimDeploymentMetadata(&metav1.PartialObjectMetadata{ObjectMeta: d.ObjectMeta})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.deploymentMeta.Informer().GetIndexer().Update(m); err != nil {
+		t.Fatal(err)
+	}
+}
+
