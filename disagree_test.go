@@ -209,4 +209,3 @@ func (f *fixture) updateMetadataCache(t *testing.T, d *appsv1.Deployment) {
 		t.Fatal(err)
 	}
 }
-
