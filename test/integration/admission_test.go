@@ -24,7 +24,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -94,13 +93,8 @@ func TestMutatingAdmissionDoesNotStartAFight(t *testing.T) {
 
 	quiet := func(when string) {
 		t.Helper()
-		before, syncs := env.writes(t, ns), env.syncs(t, ns, "mirrored")
-		time.Sleep(3*testResync + 500*time.Millisecond)
-		if w := env.writes(t, ns)[len(before):]; len(w) > 0 {
-			t.Errorf("%s: the controller wrote %d times over three resync periods: %v", when, len(w), w)
-		}
-		if n := env.syncs(t, ns, "mirrored") - syncs; n < 2 {
-			t.Errorf("%s: %d syncs of the Bar in three resync periods: the window proves nothing", when, n)
+		if w := env.writesOverSyncs(t, ns, "mirrored", 3); len(w) > 0 {
+			t.Errorf("%s: the controller wrote %d times over three syncs of the Bar: %v", when, len(w), w)
 		}
 	}
 	quiet("after convergence")
@@ -139,12 +133,10 @@ func TestMutatingAdmissionDoesNotStartAFight(t *testing.T) {
 	waitForReady(t, env, ns, "mirrored", 2)
 	// The Bar's status follows the Deployment through that scale (not
 	// ready, ready again), and the controller may see the last of it just
-	// after the test does. Wait until its writes stop: a fight never stops,
-	// so this times out on one.
-	eventually(t, "the controller to stop writing after the repairs", func(context.Context) (bool, error) {
-		n := len(env.writes(t, ns))
-		time.Sleep(3 * testResync / 2)
-		return len(env.writes(t, ns)) == n, nil
+	// after the test does. Wait for a sync of the Bar that writes nothing:
+	// in a fight every sync writes, so this times out on one.
+	eventually(t, "a sync of the Bar that writes nothing after the repairs", func(context.Context) (bool, error) {
+		return len(env.writesOverSyncs(t, ns, "mirrored", 1)) == 0, nil
 	})
 	quiet("after the repairs")
 	if n := eventCount(t, env, ns, "mirrored", "DeploymentUpdated"); n != updates+2 {

@@ -197,6 +197,7 @@ func startIntegrationEnv() (_ *integrationEnv, err error) {
 }
 
 // waitReady waits for the controller's caches to sync, or for it to exit.
+// The minute bounds a hang; it claims nothing about speed.
 func waitReady(ctx context.Context, p *testcluster.Process, url string) error {
 	deadline := time.After(time.Minute)
 	for {
@@ -255,6 +256,26 @@ func (e *integrationEnv) syncs(t *testing.T, ns, name string) int {
 	return n
 }
 
+// writesOverSyncs waits until the controller has finished n whole syncs
+// of the Bar ns/name, and returns what it wrote in ns meanwhile. A window
+// counted in the Bar's own syncs, not in seconds, proves the same on a
+// slow machine as on a fast one: each of those syncs looked, and none
+// wrote. Syncs of one key never overlap (the work queue), so one sync may
+// be under way as the window opens: n+1 must finish. The minute that
+// eventually allows only bounds a hang (with testResync at 1 s, n syncs
+// take about n seconds).
+func (e *integrationEnv) writesOverSyncs(t *testing.T, ns, name string, n int) []string {
+	t.Helper()
+	before, syncs := len(e.writes(t, ns)), e.syncs(t, ns, name)
+	eventually(t, fmt.Sprintf("%d more syncs of Bar %s/%s", n+1, ns, name), func(context.Context) (bool, error) {
+		return e.syncs(t, ns, name) >= syncs+n+1, nil
+	})
+	return e.writes(t, ns)[before:]
+}
+
+// eventually polls cond until it holds; its minute (testcluster.Eventually)
+// bounds a hang, and is no claim about speed: what the tests wait for
+// takes seconds.
 func eventually(t *testing.T, what string, cond func(ctx context.Context) (bool, error)) {
 	t.Helper()
 	testcluster.Eventually(t, what, cond)

@@ -20,7 +20,6 @@ import (
 	"context"
 	"strings"
 	"testing"
-	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -70,10 +69,12 @@ func TestRenameKeepsOldDeploymentUntilNewIsAvailable(t *testing.T) {
 	}
 	waitForDeployment(t, env, ns, "second", "the new Deployment", func(*appsv1.Deployment) bool { return true })
 
-	// The old Deployment keeps serving while the new one cannot. A few
-	// seconds of 1 s resyncs: the old code deleted it within one sync.
-	deadline := time.Now().Add(4 * testResync)
-	for time.Now().Before(deadline) {
+	// The old Deployment keeps serving while the new one cannot, through
+	// four more syncs of the Bar (resyncs): the old code deleted it within
+	// one sync. Counted in syncs, so that a slow machine cannot shorten
+	// the window to none.
+	syncs := env.syncs(t, ns, "mbb")
+	eventually(t, "four more syncs of the renamed Bar with the old Deployment serving", func(ctx context.Context) (bool, error) {
 		d, err := env.kube.AppsV1().Deployments(ns).Get(ctx, "first", metav1.GetOptions{})
 		if err != nil || d.DeletionTimestamp != nil {
 			t.Fatalf("the old Deployment went before the new one was available (err %v)", err)
@@ -81,8 +82,8 @@ func TestRenameKeepsOldDeploymentUntilNewIsAvailable(t *testing.T) {
 		if d.Status.AvailableReplicas != 1 {
 			t.Fatalf("the old Deployment has %d available replicas, want 1: it must keep serving", d.Status.AvailableReplicas)
 		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return env.syncs(t, ns, "mbb") >= syncs+4, nil
+	})
 	waitForCondition(t, env, ns, "mbb", barv1.ReasonRenaming, "first", "second")
 
 	// The new Deployment passes its progress deadline: the Bar says so,
