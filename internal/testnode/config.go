@@ -31,6 +31,7 @@ import (
 var (
 	containerdSocket = filepath.Join(BaseDir, "containerd.sock")
 	cniConfDir       = filepath.Join(BaseDir, "cni", "net.d")
+	podLogsDir       = filepath.Join(BaseDir, "pod-logs")
 )
 
 // containerdConfig is containerd's configuration (version 2, containerd
@@ -117,7 +118,7 @@ func kubeletConfig(port, healthzPort int) ([]byte, error) {
 		FailSwapOn:   ptr.To(false),
 
 		ContainerRuntimeEndpoint: "unix://" + containerdSocket,
-		PodLogsDir:               filepath.Join(BaseDir, "pod-logs"),
+		PodLogsDir:               podLogsDir,
 
 		Address:            "127.0.0.1",
 		Port:               int32(port),

@@ -29,6 +29,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/client-go/kubernetes"
 
@@ -53,6 +54,7 @@ type env struct {
 	kube    kubernetes.Interface
 	bars    clientset.Interface
 	dir     string
+	watch   *watcher
 }
 
 // shared is the one cluster and node of this package, started by TestMain;
@@ -95,7 +97,7 @@ func run(m *testing.M) int {
 	shared, setupError = start()
 	code := m.Run()
 	if shared != nil {
-		code = max(code, shared.stop())
+		code = max(code, shared.stop(code))
 	}
 	// The node must leave the host as it found it.
 	after, err := testnode.Snapshot()
@@ -128,6 +130,7 @@ func start() (*env, error) {
 	if err != nil {
 		return e, err
 	}
+	e.watch = startWatcher(e)
 	var archives []string
 	for _, img := range []testnode.Image{
 		{Package: ".", Ref: controllerRef, LDFlags: "-X main.version=node-test"},
@@ -142,8 +145,19 @@ func start() (*env, error) {
 	return e, e.node.Import(ctx, archives...)
 }
 
-func (e *env) stop() int {
+// stop stops the node and the control plane. The directory with their
+// logs is kept when a test failed or a controller Pod stalled (the
+// failure messages and the stalls name files in it), or on request.
+func (e *env) stop(testsCode int) int {
 	code := 0
+	var stalls []stall
+	if e.watch != nil {
+		e.watch.stop()
+		stalls = e.watch.during(time.Time{}, time.Now())
+	}
+	for _, s := range stalls {
+		fmt.Fprintf(os.Stderr, "stall: %s\n", &s)
+	}
 	if e.node != nil {
 		if err := e.node.Stop(); err != nil {
 			fmt.Fprintf(os.Stderr, "stopping the node: %v\n", err)
@@ -153,7 +167,7 @@ func (e *env) stop() int {
 	if e.cluster != nil {
 		e.cluster.Stop()
 	}
-	if os.Getenv("BAR_KEEP_TEST_DIR") == "" {
+	if os.Getenv("BAR_KEEP_TEST_DIR") == "" && testsCode == 0 && len(stalls) == 0 {
 		os.RemoveAll(e.dir)
 	} else {
 		fmt.Fprintf(os.Stderr, "node test logs kept in %s\n", e.dir)
@@ -180,5 +194,7 @@ func requireNode(t *testing.T) *env {
 	if setupError != nil {
 		t.Fatalf("starting the control plane and node: %v", setupError)
 	}
+	start := time.Now()
+	t.Cleanup(func() { shared.afterTest(t, start) })
 	return shared
 }

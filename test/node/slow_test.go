@@ -132,6 +132,10 @@ func explainSlow(t *testing.T, e *env, ns string, start time.Time) {
 		t.Logf("Lease %s: holder %s, acquired %v, renewed %v, transitions %d", lease.Name, ptr.Deref(lease.Spec.HolderIdentity, ""),
 			lease.Spec.AcquireTime, lease.Spec.RenewTime, ptr.Deref(lease.Spec.LeaseTransitions, 0))
 	}
+	// A controller Pod that stopped answering: what the host saw of it.
+	for _, s := range e.watch.during(start.Add(-time.Minute), end) {
+		t.Logf("stall: %s", &s)
+	}
 	if events, err := e.kube.CoreV1().Events(installNamespace).List(ctx, metav1.ListOptions{}); err == nil {
 		for _, ev := range events.Items {
 			if ev.Type != corev1.EventTypeNormal || !eventTime(ev).Before(start.Add(-time.Minute)) {
@@ -178,7 +182,7 @@ func explainSlow(t *testing.T, e *env, ns string, start time.Time) {
 			}
 		}
 	}
-	t.Logf("=== end of the slow converge in %s (logs under %s with BAR_KEEP_TEST_DIR=1; node: %s)", ns, e.dir, testnode.Name)
+	t.Logf("=== end of the slow converge in %s (logs under %s, kept if a test fails or a Pod stalls, or with BAR_KEEP_TEST_DIR=1; node: %s)", ns, e.dir, testnode.Name)
 }
 
 func eventTime(ev corev1.Event) time.Time {
