@@ -18,11 +18,14 @@ package e2e
 
 import (
 	"context"
+	"fmt"
+	"reflect"
+	"sync"
 	"testing"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 
 	barv1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1"
 	barv1alpha1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1alpha1"
@@ -48,65 +51,126 @@ func TestConversionCostPerRequest(t *testing.T) {
 		v, _ := c.scrape(t).Value("bar_controller_conversion_webhook_requests_total", nil)
 		return v
 	}
-	// cost runs op and returns the reviews it caused. The v1alpha1 watch
-	// cache converts a write asynchronously, after the response: wait
-	// until the count has been still for a while.
-	cost := func(what string, op func(context.Context) error) int {
+	// The v1alpha1 watch cache converts a write after the response,
+	// asynchronously. A v1alpha1 watch is served from that cache, so it
+	// delivers the write only once it was converted: cost waits for the
+	// write's resourceVersion on such a watch, which a slow machine cannot
+	// reorder, rather than for the count to stay still a while. The webhook
+	// counts a review before its answer ends, and the API server reads the
+	// whole answer before it goes on, so the count is final by then.
+	seen := watchAlphaVersions(t, env, ns)
+	// cost runs op, which returns the resourceVersion it wrote ("" for a
+	// read), and returns the reviews it caused.
+	cost := func(what string, op func(context.Context) (string, error)) int {
 		t.Helper()
 		before := reviews()
-		if err := op(ctx); err != nil {
+		rv, err := op(ctx)
+		if err != nil {
 			t.Fatalf("%s: %v", what, err)
 		}
-		last, since := reviews(), time.Now()
-		for time.Since(since) < time.Second {
-			time.Sleep(100 * time.Millisecond)
-			if n := reviews(); n != last {
-				last, since = n, time.Now()
-			}
+		if rv != "" {
+			seen.wait(t, what, rv)
 		}
-		return int(last - before)
+		return int(reviews() - before)
 	}
 
 	for _, tc := range []struct {
 		what string
-		op   func(context.Context) error
+		op   func(context.Context) (string, error)
 		want int
 	}{
-		{"a create in v1 (into the v1alpha1 watch cache)", func(ctx context.Context) error {
-			_, err := v1.Create(ctx, &barv1.Bar{ObjectMeta: metav1.ObjectMeta{Name: "in-v1"},
+		{"a create in v1 (into the v1alpha1 watch cache)", func(ctx context.Context) (string, error) {
+			b, err := v1.Create(ctx, &barv1.Bar{ObjectMeta: metav1.ObjectMeta{Name: "in-v1"},
 				Spec: barv1.BarSpec{Deployment: barv1.BarDeployment{Name: "in-v1"}}}, metav1.CreateOptions{})
-			return err
+			return rvOf(b), err
 		}, 1},
-		{"a create in v1alpha1 (request to v1, result back, watch cache)", func(ctx context.Context) error {
-			_, err := alpha.Create(ctx, &barv1alpha1.Bar{ObjectMeta: metav1.ObjectMeta{Name: "in-alpha"},
+		{"a create in v1alpha1 (request to v1, result back, watch cache)", func(ctx context.Context) (string, error) {
+			b, err := alpha.Create(ctx, &barv1alpha1.Bar{ObjectMeta: metav1.ObjectMeta{Name: "in-alpha"},
 				Spec: barv1alpha1.BarSpec{DeploymentName: "in-alpha"}}, metav1.CreateOptions{})
-			return err
+			return rvOf(b), err
 		}, 3},
-		{"a get in v1alpha1", func(ctx context.Context) error {
+		{"a get in v1alpha1", func(ctx context.Context) (string, error) {
 			_, err := alpha.Get(ctx, "in-v1", metav1.GetOptions{})
-			return err
+			return "", err
 		}, 1},
-		{"a list in v1alpha1 (from the watch cache)", func(ctx context.Context) error {
+		{"a list in v1alpha1 (from the watch cache)", func(ctx context.Context) (string, error) {
 			_, err := alpha.List(ctx, metav1.ListOptions{})
-			return err
+			return "", err
 		}, 0},
-		{"a get in v1", func(ctx context.Context) error {
+		{"a get in v1", func(ctx context.Context) (string, error) {
 			_, err := v1.Get(ctx, "in-alpha", metav1.GetOptions{})
-			return err
+			return "", err
 		}, 0},
-		{"a merge patch in v1", func(ctx context.Context) error {
-			_, err := v1.Patch(ctx, "in-v1", types.MergePatchType, []byte(`{"spec":{"replicas":2}}`), metav1.PatchOptions{})
-			return err
+		{"a merge patch in v1", func(ctx context.Context) (string, error) {
+			b, err := v1.Patch(ctx, "in-v1", types.MergePatchType, []byte(`{"spec":{"replicas":2}}`), metav1.PatchOptions{})
+			return rvOf(b), err
 		}, 1},
-		{"a status apply in v1 to a Bar with a v1alpha1 managedFields entry", func(ctx context.Context) error {
-			_, err := v1.Patch(ctx, "in-alpha", types.ApplyPatchType,
+		{"a status apply in v1 to a Bar with a v1alpha1 managedFields entry", func(ctx context.Context) (string, error) {
+			b, err := v1.Patch(ctx, "in-alpha", types.ApplyPatchType,
 				[]byte(`{"apiVersion":"barcontroller.dev/v1","kind":"Bar","metadata":{"name":"in-alpha"},"status":{"availableReplicas":0}}`),
 				metav1.PatchOptions{FieldManager: "cost-test", Force: new(true)}, "status")
-			return err
+			return rvOf(b), err
 		}, 4},
 	} {
 		if got := cost(tc.what, tc.op); got != tc.want {
 			t.Errorf("%s: %d ConversionReviews, want %d", tc.what, got, tc.want)
 		}
 	}
+}
+
+// rvOf is the resourceVersion of what a write returned.
+func rvOf(o metav1.Object) string {
+	if o == nil || reflect.ValueOf(o).IsNil() {
+		return ""
+	}
+	return o.GetResourceVersion()
+}
+
+// alphaVersions is the resourceVersions a v1alpha1 watch of Bars has
+// delivered.
+type alphaVersions struct {
+	mu    sync.Mutex
+	rvs   map[string]bool
+	ended error
+}
+
+// watchAlphaVersions watches the Bars of ns in v1alpha1 from now on. It
+// starts from a list in v1, which needs no conversion; the watch itself,
+// served from the v1alpha1 watch cache, converts nothing either.
+func watchAlphaVersions(t *testing.T, env *opsEnv, ns string) *alphaVersions {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	list, err := env.bars.BarcontrollerV1().Bars(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := env.bars.BarcontrollerV1alpha1().Bars(ns).Watch(ctx, metav1.ListOptions{ResourceVersion: list.ResourceVersion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := &alphaVersions{rvs: map[string]bool{}}
+	go func() {
+		defer w.Stop()
+		for ev := range w.ResultChan() {
+			seen.mu.Lock()
+			if o, ok := ev.Object.(metav1.Object); ok && ev.Type != watch.Error {
+				seen.rvs[o.GetResourceVersion()] = true
+			} else {
+				seen.ended = fmt.Errorf("the v1alpha1 watch ended: %v", ev.Object)
+			}
+			seen.mu.Unlock()
+		}
+	}()
+	return seen
+}
+
+// wait waits until the watch has delivered resourceVersion rv.
+func (s *alphaVersions) wait(t *testing.T, what, rv string) {
+	t.Helper()
+	eventually(t, fmt.Sprintf("the v1alpha1 watch to deliver %s (resourceVersion %s)", what, rv), func(context.Context) (bool, error) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.rvs[rv], s.ended
+	})
 }

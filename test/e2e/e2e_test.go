@@ -33,20 +33,12 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
-	"github.com/barcontroller/bar-controller/internal/leader"
 	"github.com/barcontroller/bar-controller/internal/metrics"
+	"github.com/barcontroller/bar-controller/internal/testcluster"
 )
 
 // Production operations, against a real API server with bar-controller
 // running as a process (see env_test.go). These tests are sequential.
-
-// Short leader-election timings, so that a takeover after SIGKILL (which
-// has to wait out the lease) fits in a test. Lease 4 s, renew deadline 3 s,
-// retry every 0.5 s (client-go adds up to 20% jitter).
-const opsLeaseDuration = 4 * time.Second
-
-var opsElectionFlags = []string{"--leader-elect", "--leader-elect-lease-duration=4s",
-	"--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=500ms"}
 
 // TestOpsInstallAndServiceAccountRBAC applies artifacts/ and runs the
 // controller as the installed ServiceAccount, through every code path that
@@ -126,6 +118,7 @@ func TestOpsInstallAndServiceAccountRBAC(t *testing.T) {
 	checkWebhookRBAC(t, env)
 
 	c.signal(t, syscall.SIGTERM)
+	// 40 s bounds a hang: a sync gets up to 30 s to finish after SIGTERM.
 	if st := c.wait(t, 40*time.Second); st.ExitCode() != 0 {
 		t.Errorf("after SIGTERM: %v, want exit 0", st)
 	}
@@ -285,24 +278,40 @@ func TestOpsReadinessAndMetrics(t *testing.T) {
 		time.Since(granted).Round(10*time.Millisecond))
 
 	queue := map[string]string{"name": "bars"}
-	adds, _ := c.scrape(t).Value("workqueue_adds_total", queue)
+	success := map[string]string{"result": metrics.SyncSuccess}
+	before := c.scrape(t)
+	adds, _ := before.Value("workqueue_adds_total", queue)
+	synced, _ := before.Value("bar_controller_syncs_total", success)
 	bar := createOpsBar(t, env, ns, "web")
 	waitOpsConverged(t, env, ns, bar.Name)
-	m := c.scrape(t)
+	// The status the test just read was the sync's last write; the sync
+	// counts itself in the metrics only once it has returned, a moment
+	// later. Read them once they show it: an ordering, where reading at
+	// once raced the controller (hack/flake-hunt.sh caught it, 1 run in 3
+	// on a loaded machine).
+	var m testcluster.Metrics
+	eventually(t, "the converging sync to be counted", func(context.Context) (bool, error) {
+		m = c.scrape(t)
+		n, _ := m.Value("bar_controller_syncs_total", success)
+		return n > synced, nil
+	})
 	// The Bar went through the queue named bars, and the queue's depth,
 	// by that name, is back to 0 once it converged: a depth that leaks
 	// (an add the gauge counts twice, a key never taken) stays above it.
 	if now, found := m.Value("workqueue_adds_total", queue); !found || now <= adds {
 		t.Errorf("workqueue_adds_total%v = %v (found %v) after a Bar was created, want more than the %v before", queue, now, found, adds)
 	}
+	// The depth drops to 0 as the last sync takes the key, milliseconds
+	// after the status it wrote; the minute only bounds a hang, since a
+	// leaked depth never drops.
 	var depth float64
 	var found bool
-	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 		depth, found = c.scrape(t).Value("workqueue_depth", queue)
 		return found && depth == 0, nil
 	})
 	if err != nil {
-		t.Errorf("workqueue_depth%v = %v (found %v) 10 s after the Bar converged, want 0", queue, depth, found)
+		t.Errorf("workqueue_depth%v = %v (found %v) a minute after the Bar converged, want 0", queue, depth, found)
 	}
 	for _, want := range []struct {
 		name   string
@@ -322,132 +331,6 @@ func TestOpsReadinessAndMetrics(t *testing.T) {
 		if v, found := m.Value(want.name, want.labels); !found || v < want.min {
 			t.Errorf("%s%v = %v (found %v), want at least %v", want.name, want.labels, v, found, want.min)
 		}
-	}
-}
-
-// TestOpsLeaderElectionTakeover runs replicas side by side, as the
-// Deployment does, and measures how long the work stops when the leader
-// goes away: gracefully (it releases the Lease) and killed (it cannot).
-// Last, a leader whose Lease is taken away exits.
-func TestOpsLeaderElectionTakeover(t *testing.T) {
-	env, ns := setupOps(t)
-	env.install(t) // for the CRD
-	// As admin, with the Lease in the test's namespace: RBAC is the other
-	// tests' subject. --namespace keeps other tests' Bars out of the counts.
-	flags := slices.Concat(opsElectionFlags, []string{"--leader-elect-lease-namespace=" + ns, "--namespace=" + ns})
-	kubeconfig := env.cluster.Kubeconfig
-
-	// a starts first, so it leads and b stands by.
-	a := startController(t, "a", kubeconfig, flags...)
-	waitLeader(t, env, ns, "a_")
-	b := startController(t, "b", kubeconfig, flags...)
-	b.waitProbe(t, "/readyz", 200) // the standby's caches are warm
-	waitOpsConverged(t, env, ns, createOpsBar(t, env, ns, "one").Name)
-	checkRoles(t, a, b)
-
-	// Graceful: SIGTERM makes the leader finish and release the Lease. A
-	// standby that had to wait for the Lease to expire could not take over
-	// before opsLeaseDuration minus one retry period after the signal.
-	signalled := time.Now()
-	a.signal(t, syscall.SIGTERM)
-	waitLeader(t, env, ns, "b_")
-	graceful := time.Since(signalled)
-	waitOpsConverged(t, env, ns, createOpsBar(t, env, ns, "two").Name)
-	gracefulSync := time.Since(signalled)
-	if st := a.wait(t, 30*time.Second); st.ExitCode() != 0 {
-		t.Errorf("leader after SIGTERM: %v, want exit 0", st)
-	}
-	t.Logf("old leader exited %v after SIGTERM", a.ExitedAt().Sub(signalled).Round(time.Millisecond))
-
-	// Killed: nothing releases the Lease, so the standby waits it out.
-	c := startController(t, "c", kubeconfig, flags...)
-	c.waitProbe(t, "/readyz", 200)
-	checkRoles(t, b, c)
-	signalled = time.Now()
-	b.signal(t, syscall.SIGKILL)
-	waitLeader(t, env, ns, "c_")
-	killed := time.Since(signalled)
-	waitOpsConverged(t, env, ns, createOpsBar(t, env, ns, "three").Name)
-	killedSync := time.Since(signalled)
-	b.wait(t, 10*time.Second)
-
-	t.Logf("takeover after graceful release: %v (a new Bar converged %v after the signal); after SIGKILL: %v (converged after %v); lease duration %v",
-		graceful.Round(time.Millisecond), gracefulSync.Round(time.Millisecond),
-		killed.Round(time.Millisecond), killedSync.Round(time.Millisecond), opsLeaseDuration)
-	// Generous bounds for a loaded 2-core machine; the log line above has
-	// the measured values.
-	if graceful > 3*time.Second {
-		t.Errorf("takeover after SIGTERM took %v, want < 3s: was the Lease released?", graceful)
-	}
-	if limit := opsLeaseDuration + 4*time.Second; killed > limit {
-		t.Errorf("takeover after SIGKILL took %v, want < %v", killed, limit)
-	}
-	if n, _ := c.scrape(t).Value("bar_controller_syncs_total", map[string]string{"result": metrics.SyncSuccess}); n == 0 {
-		t.Errorf("the new leader c has synced nothing")
-	}
-
-	// Lost: someone else takes the Lease over. The leader must stop, and
-	// exit non-zero (its Pod restarts as a standby), once its renewals have
-	// failed for the renew deadline. Standby d must just go on waiting.
-	d := startController(t, "d", kubeconfig, flags...)
-	d.waitProbe(t, "/readyz", 200)
-	intruded := time.Now()
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		lease, err := env.kube.CoordinationV1().Leases(ns).Get(t.Context(), "bar-controller", metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		lease.Spec.HolderIdentity = ptr.To("intruder")
-		lease.Spec.LeaseDurationSeconds = ptr.To[int32](3600)
-		lease.Spec.RenewTime = ptr.To(metav1.NewMicroTime(time.Now()))
-		_, err = env.kube.CoordinationV1().Leases(ns).Update(t.Context(), lease, metav1.UpdateOptions{})
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st := c.wait(t, 15*time.Second); st.ExitCode() != 1 {
-		t.Errorf("leader after losing the Lease: %v, want exit 1", st)
-	}
-	t.Logf("leader exited %v after its Lease was taken (renew deadline 3s)", c.ExitedAt().Sub(intruded).Round(time.Millisecond))
-	if !strings.Contains(c.log(t), leader.ErrLostLease.Error()) {
-		t.Errorf("leader's log does not say %q:%s", leader.ErrLostLease, c.LogTail(20))
-	}
-
-	// A standby has nothing to finish or release: SIGTERM ends it at once.
-	if v, _ := d.scrape(t).Value("bar_controller_syncs_total", nil); v != 0 {
-		t.Errorf("standby d synced %v times", v)
-	}
-	signalled = time.Now()
-	d.signal(t, syscall.SIGTERM)
-	if st := d.wait(t, 10*time.Second); st.ExitCode() != 0 {
-		t.Errorf("standby after SIGTERM: %v, want exit 0", st)
-	}
-	if took := d.ExitedAt().Sub(signalled); took > 5*time.Second {
-		t.Errorf("standby took %v to exit after SIGTERM", took)
-	}
-	if holder := leaseHolder(t, env, ns, "bar-controller"); holder != "intruder" {
-		t.Errorf("Lease held by %q, want it left to the intruder", holder)
-	}
-}
-
-// checkRoles checks that leader's metrics say it leads and syncs, and the
-// standby's that it does neither.
-func checkRoles(t *testing.T, leader, standby *controllerProcess) {
-	t.Helper()
-	lm, sm := leader.scrape(t), standby.scrape(t)
-	leaderStatus := map[string]string{"name": "bar-controller"}
-	if v, _ := lm.Value("leader_election_master_status", leaderStatus); v != 1 {
-		t.Errorf("leader %s: leader_election_master_status %v, want 1", leader.Name, v)
-	}
-	if v, found := sm.Value("leader_election_master_status", leaderStatus); !found || v != 0 {
-		t.Errorf("standby %s: leader_election_master_status %v (found %v), want 0", standby.Name, v, found)
-	}
-	if v, _ := lm.Value("bar_controller_syncs_total", nil); v == 0 {
-		t.Errorf("leader %s has synced nothing", leader.Name)
-	}
-	if v, _ := sm.Value("bar_controller_syncs_total", nil); v != 0 {
-		t.Errorf("standby %s synced %v times", standby.Name, v)
 	}
 }
 

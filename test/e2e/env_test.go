@@ -190,7 +190,8 @@ func leaseHolder(t *testing.T, env *opsEnv, ns, name string) string {
 	return ptr.Deref(lease.Spec.HolderIdentity, "")
 }
 
-// waitLeader polls the Lease often, since its result is a measurement.
+// waitLeader polls the Lease often, since the time it returns at is
+// logged as a measurement; the minute only bounds a hang.
 func waitLeader(t *testing.T, env *opsEnv, ns, prefix string) {
 	t.Helper()
 	err := wait.PollUntilContextTimeout(t.Context(), 20*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -251,6 +252,8 @@ func waitEvent(t *testing.T, env *opsEnv, bar *barv1.Bar, reason string, count i
 	})
 }
 
+// eventually polls cond until it holds; its minute (testcluster.Eventually)
+// bounds a hang, and is no claim about speed.
 func eventually(t *testing.T, what string, cond func(ctx context.Context) (bool, error)) {
 	t.Helper()
 	testcluster.Eventually(t, what, cond)

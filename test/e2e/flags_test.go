@@ -31,6 +31,7 @@ import (
 // profiles over plain HTTP to anyone, before it contacts any API server.
 func TestProfilingNeedsSecureMetrics(t *testing.T) {
 	testcluster.SkipWithoutBinaries(t)
+	// 10 s bounds a hang: the flags are checked before anything else.
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, controllerBinary, "--profiling", "--metrics-secure=false",

@@ -101,6 +101,9 @@ func TestMakeRunServesConversion(t *testing.T) {
 			}
 		}
 	}
+	// Three minutes here and one after SIGTERM below only bound a hang
+	// (the control plane's start included); they claim nothing about
+	// speed.
 	waitPrinted("==> CONVERGED", 3*time.Minute)
 	m := regexp.MustCompile(`export KUBECONFIG=(\S+)`).FindStringSubmatch(printed())
 	if m == nil {
