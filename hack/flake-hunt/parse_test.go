@@ -108,7 +108,7 @@ func TestReport(t *testing.T) {
 	for _, want := range []string{
 		"x: 2 of 3 runs passed.",
 		"| `TestX` | 2/3 | 12s / 13s / 25s |",
-		"| `TestX` | `converged in {1}; reviews {2}` | {1} | 0.9s | 8.3s | 19.1s |",
+		"| `TestX` | `converged in {1}; reviews {2}` | {1} | 0.9s | 8.3s | 19.1s |\n|  |  | {2} | 10 | 20 | 30 |\n",
 	} {
 		if !strings.Contains(md.String(), want) {
 			t.Errorf("the markdown lacks %q:\n%s", want, md.String())

@@ -253,11 +253,14 @@ func (s *summary) writeMarkdown(w io.Writer, title string, minRuns int) {
 			fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- |")
 			first = false
 		}
+		// The test and the template once, on the row of their first figure.
+		test, tmpl := "`"+g.test+"`", escapeCell(g.template)
 		for i, slot := range g.slots {
 			vs, secs := values(slot)
 			lo, med, hi := spread(vs)
-			fmt.Fprintf(w, "| `%s` | %s | {%d} | %s | %s | %s |\n", g.test, escapeCell(g.template), i+1,
+			fmt.Fprintf(w, "| %s | %s | {%d} | %s | %s | %s |\n", test, tmpl, i+1,
 				format(lo, secs), format(med, secs), format(hi, secs))
+			test, tmpl = "", ""
 		}
 	}
 }
