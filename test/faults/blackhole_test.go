@@ -90,6 +90,7 @@ current-context: blackhole
 	if err := c.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
+	// A hang bound; the exit time is judged below.
 	select {
 	case <-c.Exited():
 	case <-time.After(30 * time.Second):
@@ -101,7 +102,11 @@ current-context: blackhole
 	if code := c.State().ExitCode(); code != 0 {
 		t.Errorf("exit code %d after SIGTERM, want 0:%s", code, c.LogTail(20))
 	}
-	// A few seconds' bound, not the handshake's 10 s.
+	// Between what the fixed code takes and what the faults take, far
+	// from both: 6-17 ms measured in 8 runs on the 2-core machine (make
+	// faults' build, other tests running beside it); 4 s if the question
+	// waited out its own discoveryTimeout (5 s, a second of it gone) and
+	// 9 s if it waited out the TLS handshake timeout (10 s).
 	if took > 3*time.Second {
 		t.Errorf("exit %v after SIGTERM, want within 3 s:%s", took, c.LogTail(20))
 	}

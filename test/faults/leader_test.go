@@ -107,12 +107,18 @@ func TestLeaderKilledDuringConvergence(t *testing.T) {
 	}
 	gap := lease.Spec.AcquireTime.Sub(lastRenew)
 	t.Logf("the standby acquired the Lease %v after the old leader's last renewal", gap)
+	// Configuration, and a safety property: never before the expiry.
 	if gap < leaseDuration {
 		t.Errorf("the standby acquired the Lease %v after its last renewal, before it expired (%v)", gap, leaseDuration)
 	}
-	// It notices the last renewal within one jittered retry (client-go
-	// waits up to 2.2 retry periods), and acquires at its first retry after
-	// the expiry; 2 s more for a loaded machine.
+	// From configuration: it notices the last renewal within one jittered
+	// retry (client-go waits up to 2.2 retry periods), and acquires at its
+	// first retry after the expiry, each wait at its longest here. The 2 s
+	// are for the requests themselves on a loaded machine: measured
+	// takeovers are the lease plus 2.9 s here (one make faults run,
+	// docs/measurements.md) and the lease plus 0.2-1.4 s in about 20 runs
+	// with shorter settings (TestOpsLeaderElectionTakeover), against the
+	// 8.8 s the two waits may take.
 	if limit := leaseDuration + 2*(retryPeriod*22/10) + 2*time.Second; takeover > limit {
 		t.Errorf("takeover took %v, want at most %v (lease %v, retry %v)", takeover, limit, leaseDuration, retryPeriod)
 	}
