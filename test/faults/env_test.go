@@ -224,7 +224,9 @@ func (e *env) createBars(t *testing.T) {
 			for i := range next {
 				bar := &barv1.Bar{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("bar-%05d", i)},
 					Spec: barv1.BarSpec{Deployment: barv1.BarDeployment{Name: fmt.Sprintf("bar-%05d", i)}, Replicas: ptr.To[int32](1)}}
-				// Faults make requests fail: retry, as any client would.
+				// Faults make requests fail: retry, as any client would,
+				// for at most 2 minutes (a hang bound: no fault here
+				// lasts more than 10 s).
 				err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 					_, err := e.bars.BarcontrollerV1().Bars(e.ns).Create(ctx, bar, metav1.CreateOptions{})
 					return err == nil || strings.Contains(err.Error(), "already exists"), nil
@@ -256,7 +258,10 @@ func (e *env) createBars(t *testing.T) {
 
 // waitConverged waits until every Bar's status is current and its
 // Deployment exists (the blocked one: reports DeploymentNotOwned), then
-// checks the invariants, and returns how long it took from since.
+// checks the invariants, and returns how long it took from since. The
+// 5 minutes are a hang bound, not a performance claim: four times the
+// longest wait seen (75 s, the competing writer's, counted from before
+// its fight); the time is recorded, never judged here.
 func (e *env) waitConverged(t *testing.T, since time.Time) time.Duration {
 	t.Helper()
 	var last string

@@ -62,7 +62,8 @@ func TestLeaderKilledDuringConvergence(t *testing.T) {
 		defer close(done)
 		e.createBars(t)
 	}()
-	// Kill it mid-work: once it has written, while Bars are still coming.
+	// Kill it mid-work: once it has written, while Bars are still coming
+	// (the minute is a hang bound).
 	err := wait.PollUntilContextTimeout(t.Context(), 50*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 		v, _ := leader.metrics(t).Value("rest_client_requests_total", map[string]string{"method": "PATCH"})
 		return v >= 50, nil
@@ -154,7 +155,8 @@ func identityOf(t *testing.T, c *controller) string {
 }
 
 // waitLease polls the Lease every 50 ms (the result is a measurement)
-// until ok accepts it, and returns it.
+// until ok accepts it, and returns it; for at most 2 minutes, a hang
+// bound (a takeover is 15-24 s by configuration).
 func (e *env) waitLease(t *testing.T, ok func(*coordinationv1.Lease) bool) *coordinationv1.Lease {
 	t.Helper()
 	var last *coordinationv1.Lease

@@ -111,6 +111,8 @@ func TestNoWritesAfterLeaseLost(t *testing.T) {
 	takeover := time.Since(heldAt)
 	close(tookOver)
 	took := e.waitConverged(t, heldAt)
+	// A hang bound from configuration: replica-a gives up its held renewal
+	// at the renew deadline (10 s) and its writes with it.
 	select {
 	case <-a.Exited():
 	case <-time.After(time.Minute):
@@ -218,7 +220,7 @@ func (e *env) startReplica(t *testing.T, name string, flags ...string) *controll
 	return &controller{Process: p, metricsURL: "http://" + addrs[0] + "/metrics", readyzURL: "http://" + addrs[1] + "/readyz"}
 }
 
-// waitFor polls cond every 50 ms for up to timeout.
+// waitFor polls cond every 50 ms for up to timeout, a hang bound.
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
 	for end := time.Now().Add(timeout); !cond(); time.Sleep(50 * time.Millisecond) {

@@ -81,7 +81,10 @@ func syncErrors(m testcluster.Metrics) float64 {
 
 // waitQuiet waits until the controller has made no write for 3 s (its
 // Events are sent asynchronously, after the syncs that caused them), and
-// returns that scrape: the baseline for what comes next.
+// returns that scrape: the baseline for what comes next. The 3 s are a
+// quiet window, twelve times the 250 ms by which the controller's own
+// flush (eventQuiet, events.go) judges its Events written; the minute is
+// a hang bound.
 func (c *controller) waitQuiet(t *testing.T) testcluster.Metrics {
 	t.Helper()
 	var last testcluster.Metrics
@@ -100,7 +103,9 @@ func (c *controller) waitQuiet(t *testing.T) testcluster.Metrics {
 }
 
 // waitLog waits up to timeout for a line of the process's log that
-// contains every one of parts, and returns it.
+// contains every one of parts, and returns it. Every timeout its callers
+// pass is a hang bound, several times what the line takes (the slowest,
+// waitForCaches's first report, comes 5 s after the start).
 func waitLog(t *testing.T, p *testcluster.Process, timeout time.Duration, parts ...string) string {
 	t.Helper()
 	var found string

@@ -67,6 +67,7 @@ func TestSIGTERMFinishesSyncWithItsEvent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The waits of this case are hang bounds; it judges what was written.
 	select {
 	case <-entered:
 	case <-time.After(30 * time.Second):

@@ -93,7 +93,9 @@ func TestControllerStartsWhileAPIServerDown(t *testing.T) {
 }
 
 // expectUnready checks that /readyz answers 503 every time for d, once it
-// answers at all: the kubelet must keep an unsynced controller out.
+// answers at all (within 30 s, a hang bound): the kubelet must keep an
+// unsynced controller out. d is how long it is watched, not a bound: a
+// slow machine cannot turn a 503 into a 200.
 func (c *controller) expectUnready(t *testing.T, d time.Duration) {
 	t.Helper()
 	err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
@@ -109,7 +111,8 @@ func (c *controller) expectUnready(t *testing.T, d time.Duration) {
 	}
 }
 
-// waitReady waits for /readyz to answer 200 and returns the time since.
+// waitReady waits for /readyz to answer 200 and returns the time since;
+// recoveryTimeout is a hang bound from client-go's backoff.
 func (c *controller) waitReady(t *testing.T, since time.Time) time.Duration {
 	t.Helper()
 	err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, recoveryTimeout, true, func(ctx context.Context) (bool, error) {

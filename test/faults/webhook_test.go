@@ -118,7 +118,7 @@ func (e *env) startHook(t *testing.T, matchCondition string, delay delayFunc, pr
 		t.Fatal(err)
 	}
 	// The API server takes the configuration up through an informer: the
-	// hook counts once a matching write reaches it.
+	// hook counts once a matching write reaches it. 30 s is a hang bound.
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		if probe != nil {

@@ -117,7 +117,8 @@ func TestCompetingWriter(t *testing.T) {
 }
 
 // waitRestored waits until every Bar's Deployment has the Bar's replicas
-// and image again, and returns the time since.
+// and image again, and returns the time since (recorded, not judged; 0.04
+// and 0.13 s measured). The 2 minutes are a hang bound.
 func (e *env) waitRestored(t *testing.T, since time.Time) time.Duration {
 	t.Helper()
 	var last string
