@@ -100,7 +100,6 @@ type Controller struct {
 	// controller manages, whole, to compare with what a Bar wants; and the
 	// metadata of every Deployment, to know who holds a name.
 	deploymentsLister     appslisters.DeploymentLister
-	deploymentsStore      rvStore
 	deploymentsSynced     cache.InformerSynced
 	deploymentMetaIndexer cache.Indexer
 	deploymentMetaSynced  cache.InformerSynced
@@ -160,7 +159,6 @@ func NewController(
 		kubeclientset:         kubeclientset,
 		barclientset:          barclientset,
 		deploymentsLister:     deploymentInformer.Lister(),
-		deploymentsStore:      deploymentInformer.Informer().GetIndexer(),
 		deploymentsSynced:     deploymentInformer.Informer().HasSynced,
 		deploymentMetaIndexer: deploymentMetaInformer.Informer().GetIndexer(),
 		deploymentMetaSynced:  deploymentMetaInformer.Informer().HasSynced,
@@ -397,6 +395,24 @@ func (c *Controller) processNextWorkItem(ctx, stop context.Context) bool {
 		// cold start of thousands of Bars has thousands of these, which
 		// would empty the bucket and delay every real retry after them.
 		c.queue.AddAfter(key, staleRetryDelay)
+	case apierrors.IsConflict(err):
+		// A precondition failed: the Deployment changed since the cache
+		// showed it (sync.go). The cache is behind the API server, not
+		// broken; the retry judges the newer version. Rate-limited, not
+		// the stale wait's fixed 50 ms: each try is a request.
+		metrics.RecordSync(metrics.SyncStale, time.Since(start))
+		c.trace.synced(key, start, metrics.SyncStale, err)
+		klog.FromContext(ctx).V(2).Info("The object changed since the cache showed it; retrying", "bar", key, "reason", err)
+		c.queue.AddRateLimited(key)
+	case apierrors.IsConflict(err):
+		// A precondition failed: the Deployment changed since the cache
+		// showed it (sync.go). The cache is behind the API server, not
+		// broken; the retry judges the newer version. Rate-limited, not
+		// the stale wait's fixed 50 ms: each try is a request.
+		metrics.RecordSync(metrics.SyncStale, time.Since(start))
+		c.trace.synced(key, start, metrics.SyncStale, err)
+		klog.FromContext(ctx).V(2).Info("The Deployment changed since the cache showed it; retrying", "bar", key, "reason", err)
+		c.queue.AddRateLimited(key)
 	case ctx.Err() != nil:
 		// Cancelled because the controller may no longer write (Run):
 		// not a failure of this Bar, and nothing to retry here.

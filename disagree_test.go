@@ -50,6 +50,11 @@ func TestNewestDeployment(t *testing.T) {
 		d.OwnerReferences = nil
 		return d
 	}
+	unlabelled := func(rv string) *appsv1.Deployment {
+		d := ours(rv)
+		delete(d.Labels, managedByLabel)
+		return d
+	}
 	namesake := func(rv string) *appsv1.Deployment {
 		d := ours(rv)
 		d.UID = types.UID("namesake-uid")
@@ -69,32 +74,35 @@ func TestNewestDeployment(t *testing.T) {
 		wait     = "wait"
 	)
 	for _, tc := range []struct {
-		name               string
-		have               *appsv1.Deployment
-		meta               metav1.Object
-		fullRead, metaRead string
-		holder             string // which copy holds the name, or wait
-		acts               bool   // the sync may act on the full copy
+		name     string
+		have     *appsv1.Deployment
+		meta     metav1.Object
+		metaRead string
+		holder   string // which copy holds the name, or wait
+		acts     bool   // the sync may act on the full copy
 	}{
-		{"neither cache holds it", nil, nil, "30", "30", none, false},
-		{"both hold one version", ours("20"), meta(ours("20")), "30", "30", fromFull, true},
-		{"the metadata cache has not read the create", ours("20"), nil, "20", "19", fromFull, true},
-		{"the metadata cache read the delete, the full one not yet", ours("20"), nil, "20", "25", wait, false},
+		{"neither cache holds it", nil, nil, "30", none, false},
+		{"both hold one version", ours("20"), meta(ours("20")), "30", fromFull, true},
+		{"the metadata cache has not read the create", ours("20"), nil, "19", fromFull, true},
+		{"the metadata cache read the delete, the full one not yet", ours("20"), nil, "25", wait, false},
 		// The race of issue 27: someone removes the ownerReference, the
 		// full cache reads it first.
-		{"ownerReference removed, full cache first", taken("25"), meta(ours("20")), "25", "20", fromFull, true},
-		{"ownerReference removed, metadata cache first", ours("20"), meta(taken("25")), "20", "25", fromMeta, false},
-		{"a change of ours the full cache has yet to read", ours("20"), meta(ours("25")), "20", "25", wait, false},
-		{"the full cache holds a namesake that is gone", namesake("15"), meta(ours("20")), "20", "20", fromMeta, false},
-		{"the metadata cache holds a namesake that is gone", ours("20"), meta(namesake("15")), "20", "20", fromFull, true},
-		{"the label removed (the full cache read it as a delete)", nil, meta(ours("25")), "25", "25", fromMeta, false},
-		{"ours in metadata only, the full cache behind it", nil, meta(ours("25")), "20", "25", wait, false},
-		{"ours in metadata only, the metadata cache behind the full", nil, meta(ours("25")), "27", "26", wait, false},
-		{"someone else's, in metadata only", nil, meta(taken("25")), "20", "25", fromMeta, false},
-		{"versions that do not compare (fakes)", ours(""), meta(ours("")), "", "", fromMeta, true},
+		{"ownerReference removed, full cache first", taken("25"), meta(ours("20")), "20", fromFull, true},
+		{"ownerReference removed, metadata cache first", ours("20"), meta(taken("25")), "25", fromMeta, false},
+		{"a change of ours the full cache has yet to read", ours("20"), meta(ours("25")), "25", wait, false},
+		{"the full cache holds a namesake that is gone", namesake("15"), meta(unlabelled("20")), "20", fromMeta, false},
+		{"the full cache holds a namesake that is gone, the new one labelled", namesake("15"), meta(ours("20")), "20", wait, false},
+		{"the metadata cache holds a namesake that is gone", ours("20"), meta(namesake("15")), "20", fromFull, true},
+		// The full cache read the label's removal as a delete, and will
+		// never read this Deployment again: act on the metadata copy.
+		{"the label removed", nil, meta(unlabelled("25")), "25", fromMeta, false},
+		{"the label removed, and changed since", nil, meta(unlabelled("31")), "31", fromMeta, false},
+		{"ours and labelled, in metadata only: created, or deleted in the full cache first", nil, meta(ours("25")), "25", wait, false},
+		{"someone else's, in metadata only", nil, meta(taken("25")), "25", fromMeta, false},
+		{"versions that do not compare (fakes)", ours(""), meta(ours("")), "", fromMeta, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			holder, have, err := newestDeployment(bar, tc.have, tc.meta, &fakeRVStore{tc.fullRead}, &fakeRVStore{tc.metaRead})
+			holder, have, err := newestDeployment(bar, tc.have, tc.meta, tc.metaRead)
 			var stale *staleCacheError
 			got := none
 			switch {

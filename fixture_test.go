@@ -364,11 +364,11 @@ func readyMessage(available, want int32, name string) string {
 // --- expected requests ---
 
 // applyDeploymentAction is the forced apply that repairs a Deployment,
-// carrying the resourceVersion it was judged on as a precondition.
+// carrying the resourceVersion and UID it was judged on as preconditions.
 func applyDeploymentAction(bar *barv1.Bar, judged metav1.Object) core.Action {
 	want := newDeployment(bar)
 	if rv := judged.GetResourceVersion(); rv != "" {
-		want.WithResourceVersion(rv)
+		want.WithResourceVersion(rv).WithUID(judged.GetUID())
 	}
 	body, err := json.Marshal(want)
 	if err != nil {

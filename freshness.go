@@ -133,36 +133,6 @@ func (e *staleCacheError) Error() string {
 	return fmt.Sprintf("%s cache has read up to resourceVersion %s but the controller wrote %s", e.resource, e.read, e.wrote)
 }
 
-// behind names the cache a sync that met e waits for.
-func (e *staleCacheError) behind() string {
-	if e.object != "" {
-		return "deployments"
-	}
-	if e.ahead == "deployments" {
-		return "metadata"
-	}
-	return e.resource
-}
-
-// metadataCaughtUp returns a staleCacheError if the metadata cache of
-// Deployments has read less than the full one. The two watch the same
-// Deployments and deliver independently, so right after a Deployment of
-// ours is deleted, the full cache may have dropped it while the metadata
-// cache still holds it; a sync in that moment would take the Deployment
-// for one that lost its managed-by label, and announce its recreation as
-// an update. A Deployment that really lost its label is in the metadata
-// cache at the resourceVersion that removed it, which the full cache has
-// read as a delete: the metadata cache is then not behind.
-func metadataCaughtUp(full, meta rvStore) error {
-	f, m := full.LastStoreSyncResourceVersion(), meta.LastStoreSyncResourceVersion()
-	cmp, err := resourceversion.CompareResourceVersion(m, f)
-	if err != nil || cmp >= 0 {
-		// Not comparable (an empty store, a fake): never block on it.
-		return nil
-	}
-	return &staleCacheError{resource: "deployment metadata", read: m, wrote: f, ahead: "deployments"}
-}
-
 // compareRVs compares two resourceVersions of one resource; ok is false
 // when they do not compare (an empty store, an object from a fake).
 func compareRVs(a, b string) (cmp int, ok bool) {
@@ -173,9 +143,10 @@ func compareRVs(a, b string) (cmp int, ok bool) {
 // newestDeployment decides what the sync may believe about the Deployment
 // a Bar names, from the two caches that hold it: have is the full cache's
 // copy (only Deployments with the managed-by label), meta the metadata
-// cache's (every Deployment), either nil when that cache holds none; full
-// and metaStore say how far each cache has read. It returns the holder of
-// the name (nil if nobody holds it) and have if the sync may act on it.
+// cache's (every Deployment), either nil when that cache holds none;
+// metaRead is how far the metadata cache had read before either copy was
+// taken. It returns the holder of the name (nil if nobody holds it) and
+// have if the sync may act on it.
 //
 // The two informers watch the same objects and deliver independently, so
 // for a moment after any change one cache holds a newer version than the
@@ -189,23 +160,29 @@ func compareRVs(a, b string) (cmp int, ok bool) {
 //   - a Deployment the newer copy says is not this Bar's is left alone at
 //     once: nothing more could make it ours;
 //   - if it is this Bar's but the full cache holds an older copy, or none
-//     yet, the sync waits for the full cache (a staleCacheError), since
-//     drift is judged on the full copy and writes follow from it.
+//     while the metadata copy carries the managed-by label, the sync waits
+//     (a staleCacheError): drift is judged on the full copy, and the
+//     caches will agree with the next event of this very Deployment;
+//   - the Bar's Deployment without the managed-by label is one the full
+//     cache will never hold: it lost the label, and the sync puts it back.
 //
-// With copies whose versions do not compare (fakes), the metadata cache
-// decides, as before this rule.
-func newestDeployment(bar metav1.Object, have *appsv1.Deployment, meta metav1.Object, full, metaStore rvStore) (metav1.Object, *appsv1.Deployment, error) {
+// Every wait ends with an event of the Deployment it waits on, never with
+// a bookmark or an unrelated object, so none lasts longer than a watch
+// event's delivery. With copies whose versions do not compare (fakes), the
+// metadata cache decides, as before this rule.
+func newestDeployment(bar metav1.Object, have *appsv1.Deployment, meta metav1.Object, metaRead string) (metav1.Object, *appsv1.Deployment, error) {
 	switch {
 	case have == nil && meta == nil:
 		return nil, nil, nil
 	case meta == nil:
 		// The metadata cache has not read the Deployment yet (then the
-		// full cache is the newer), or has read its deletion, which the
-		// full cache has yet to: then the full copy is a Deployment that
-		// is gone, and acting on it would recreate it by apply.
-		if cmp, ok := compareRVs(metaStore.LastStoreSyncResourceVersion(), have.ResourceVersion); ok && cmp > 0 {
+		// full copy is the newer), or has read its deletion, which the
+		// full cache has yet to: then the full copy is of a Deployment
+		// that is gone, and acting on it would recreate it by apply. The
+		// full cache's delete event ends the wait.
+		if cmp, ok := compareRVs(metaRead, have.ResourceVersion); ok && cmp > 0 {
 			return nil, nil, &staleCacheError{resource: "deployments", object: have.Name, read: have.ResourceVersion,
-				ahead: "deployment metadata (which no longer holds it)", wrote: metaStore.LastStoreSyncResourceVersion()}
+				ahead: "deployment metadata (which no longer holds it)", wrote: metaRead}
 		}
 		return have, have, nil
 	case have != nil:
@@ -233,17 +210,11 @@ func newestDeployment(bar metav1.Object, have *appsv1.Deployment, meta metav1.Ob
 	if !metav1.IsControlledBy(meta, bar) {
 		return meta, nil, nil
 	}
-	// The Bar's Deployment, which the full cache does not hold: it lost
-	// its managed-by label (the full cache read that as a delete), or it
-	// is a change the full cache has yet to read. Only the first may be
-	// acted on: the full cache has then read as far as the metadata copy,
-	// and the metadata cache is not behind the full one either (which
-	// would make its copy a deleted Deployment, metadataCaughtUp).
-	if err := metadataCaughtUp(full, metaStore); err != nil {
-		return nil, nil, err
-	}
-	if cmp, ok := compareRVs(full.LastStoreSyncResourceVersion(), meta.GetResourceVersion()); ok && cmp < 0 {
-		return nil, nil, &staleCacheError{resource: "deployments", object: meta.GetName(), read: "none (read up to " + full.LastStoreSyncResourceVersion() + ")",
+	if meta.GetLabels()[managedByLabel] == managedByValue {
+		// The full cache's watch selects it, yet the full cache does not
+		// hold it: it has yet to read its creation (or the label's
+		// return), or the metadata cache has yet to read its deletion.
+		return nil, nil, &staleCacheError{resource: "deployments", object: meta.GetName(), read: "none",
 			ahead: "deployment metadata", wrote: meta.GetResourceVersion()}
 	}
 	return meta, nil, nil

@@ -79,25 +79,3 @@ func TestWriteTracker(t *testing.T) {
 		t.Errorf("after forget: %v", err)
 	}
 }
-
-// TestMetadataCaughtUp: a Deployment of ours that the full cache no longer
-// holds is judged only once the metadata cache has read as far: before,
-// it may be a delete the metadata cache has yet to see.
-func TestMetadataCaughtUp(t *testing.T) {
-	for _, tc := range []struct {
-		full, meta string
-		stale      bool
-	}{
-		{"120", "119", true},  // the full cache saw the delete; the metadata one not yet
-		{"120", "120", false}, // both read the delete (or the label's removal)
-		{"120", "121", false}, // the metadata cache is ahead: it saw whatever the full one did
-		{"", "5", false},      // not comparable: never block on it
-		{"7", "", false},
-	} {
-		err := metadataCaughtUp(&fakeRVStore{tc.full}, &fakeRVStore{tc.meta})
-		var stale *staleCacheError
-		if got := errors.As(err, &stale); got != tc.stale {
-			t.Errorf("full %q, metadata %q: stale %v (%v), want %v", tc.full, tc.meta, got, err, tc.stale)
-		}
-	}
-}

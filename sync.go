@@ -74,7 +74,7 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) erro
 	var stale *staleCacheError
 	if errors.As(err, &stale) {
 		c.trace.read(key, bar, nil)
-		c.trace.decision(key, "the Deployment caches disagree: wait for the "+stale.behind()+" cache", err.Error())
+		c.trace.decision(key, "the Deployment caches disagree: wait for them to agree", err.Error())
 		return err
 	}
 	if err != nil {
@@ -134,6 +134,9 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) erro
 // the controller's managed-by label, so a Deployment of ours whose label
 // someone removed has a holder and no have.
 func (c *Controller) deploymentFor(bar *barv1.Bar) (holder metav1.Object, have *appsv1.Deployment, err error) {
+	// How far the metadata cache has read, taken before either copy: a
+	// store's version only grows, so both copies are at least this new.
+	metaRead := c.deploymentMetaIndexer.LastStoreSyncResourceVersion()
 	have, err = c.deploymentsLister.Deployments(bar.Namespace).Get(bar.Spec.Deployment.Name)
 	if apierrors.IsNotFound(err) {
 		have = nil
@@ -150,7 +153,7 @@ func (c *Controller) deploymentFor(bar *barv1.Bar) (holder metav1.Object, have *
 	}
 	// The two caches may hold different versions of it: believe the
 	// newer, or wait (freshness.go).
-	return newestDeployment(bar, have, meta, c.deploymentsStore, c.deploymentMetaIndexer)
+	return newestDeployment(bar, have, meta, metaRead)
 }
 
 // applyDeployment makes the Deployment match the Bar, writing only if the
@@ -183,8 +186,10 @@ func (c *Controller) applyDeployment(ctx context.Context, bar *barv1.Bar, holder
 	// put the reference back. So the apply carries the resourceVersion it
 	// was judged on, a precondition: if the Deployment changed since, the
 	// API server answers Conflict, and the retry judges the newer version.
+	// The UID does the same for a Deployment deleted since: without it,
+	// the apply would create a new one.
 	if rv := holder.GetResourceVersion(); rv != "" {
-		want.WithResourceVersion(rv)
+		want.WithResourceVersion(rv).WithUID(holder.GetUID())
 	}
 	opts := metav1.ApplyOptions{FieldManager: fieldManager, Force: true}
 	start := time.Now()

@@ -185,10 +185,12 @@ func underDriftPrefix(p fieldpath.Path) bool {
 // informer, which sees every Deployment in the controller's scope: what its
 // cache keeps of each. The controller asks it only whether a name is taken,
 // by whom (notOwnedReadiness, oldDeployments) and whether that
-// changed (handleDeployment), so it keeps the identity, the controller
-// reference and the deletion mark, and drops labels, annotations and the
-// other owner references. In a cluster with thousands of Deployments that
-// are none of the controller's business, this is all it holds of them.
+// changed (handleDeployment), and whether the full cache should hold it
+// (newestDeployment), so it keeps the identity, the controller reference,
+// the deletion mark and the managed-by label, and drops other labels,
+// annotations and the other owner references. In a cluster with thousands
+// of Deployments that are none of the controller's business, this is all
+// it holds of them.
 func trimDeploymentMetadata(obj interface{}) (interface{}, error) {
 	m, ok := obj.(*metav1.PartialObjectMetadata)
 	if !ok {
@@ -204,5 +206,13 @@ func trimDeploymentMetadata(obj interface{}) (interface{}, error) {
 	if ref := metav1.GetControllerOfNoCopy(m); ref != nil {
 		t.OwnerReferences = []metav1.OwnerReference{*ref}
 	}
+	if m.Labels[managedByLabel] == managedByValue {
+		// Whether the full cache's watch selects it (newestDeployment):
+		// one map shared by every such entry, never written.
+		t.Labels = managedByLabels
+	}
 	return t, nil
 }
+
+// managedByLabels is the label set trimDeploymentMetadata keeps.
+var managedByLabels = map[string]string{managedByLabel: managedByValue}

@@ -42,7 +42,7 @@ import (
 //   - after a Deployment's delete, which of the two Deployment informers
 //     delivers it first: a sync between the two either still finds the
 //     old Deployment (and writes nothing) or waits for the metadata cache
-//     (stale_cache, see metadataCaughtUp in freshness.go). The commands'
+//     (stale_cache, see newestDeployment in freshness.go). The commands'
 //     outputs have forms of their own (kinds.go).
 //
 // What stays, and is compared:
