@@ -98,3 +98,18 @@ func TestKubeletConfigListensOnLoopbackOnly(t *testing.T) {
 		t.Errorf("cgroups %q with %q, want /%s with cgroupfs", cfg.CgroupRoot, cfg.CgroupDriver, cgroupName)
 	}
 }
+
+func TestBridgeMACIsLocalUnicastFromTheGateway(t *testing.T) {
+	n, err := newNetwork("10.88.77.0/24", "10.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mac := bridgeMAC(n.Gateway)
+	if got, want := mac.String(), "0a:58:0a:58:4d:01"; got != want {
+		t.Errorf("bridgeMAC(%s) = %s, want %s", n.Gateway, got, want)
+	}
+	// Locally administered (bit 1 of the first byte), not multicast (bit 0).
+	if mac[0]&0x02 == 0 || mac[0]&0x01 != 0 {
+		t.Errorf("%s is not a locally administered unicast MAC", mac)
+	}
+}

@@ -25,7 +25,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
+
+	"github.com/vishvananda/netlink"
 )
 
 // A container that stops answering can be looked at from the host without
@@ -48,6 +51,66 @@ type Sample struct {
 	Threads []Thread
 	// Sockets are the TCP sockets of the process's network namespace.
 	Sockets []Socket
+	// Neighbors is the ARP table of the process's network namespace.
+	Neighbors []Neighbor
+	// Bridge is the Pods' bridge as this machine sees it.
+	Bridge Bridge
+}
+
+// Neighbor is a line of /proc/<pid>/net/arp.
+type Neighbor struct {
+	IP, MAC, Device string
+	// Complete is the ATF_COM flag: the entry is resolved and used.
+	Complete bool
+}
+
+// Bridge is the Pods' bridge: its MAC, its addresses (the Pods' gateway
+// and the Service IP), and the MACs of its ports (the host ends of the
+// Pods' veths), any of which the bridge delivers to this machine.
+type Bridge struct {
+	MAC   string
+	Addrs []string
+	Ports map[string]string // port name: MAC
+	// Neighbors are this machine's ARP entries on the bridge ("IP MAC
+	// state"), FDB its forwarding database ("MAC port flags").
+	Neighbors, FDB []string
+}
+
+// ReadBridge reads the bridge's MAC, addresses and ports.
+func ReadBridge() Bridge {
+	read := func(path string) string {
+		b, _ := os.ReadFile(path)
+		return strings.TrimSpace(string(b))
+	}
+	br := Bridge{MAC: read("/sys/class/net/" + bridgeName + "/address"), Ports: map[string]string{}}
+	ports, _ := os.ReadDir("/sys/class/net/" + bridgeName + "/brif")
+	for _, p := range ports {
+		br.Ports[p.Name()] = read("/sys/class/net/" + p.Name() + "/address")
+	}
+	link, err := netlink.LinkByName(bridgeName)
+	if err != nil {
+		return br
+	}
+	addrs, _ := netlink.AddrList(link, netlink.FAMILY_V4)
+	for _, a := range addrs {
+		br.Addrs = append(br.Addrs, a.IP.String())
+	}
+	neighbors, _ := netlink.NeighList(link.Attrs().Index, netlink.FAMILY_V4)
+	for _, n := range neighbors {
+		br.Neighbors = append(br.Neighbors, fmt.Sprintf("%s %s %s", n.IP, n.HardwareAddr, neighState(n.State)))
+	}
+	names := map[int]string{}
+	links, _ := netlink.LinkList()
+	for _, l := range links {
+		names[l.Attrs().Index] = l.Attrs().Name
+	}
+	fdb, _ := netlink.NeighList(0, syscall.AF_BRIDGE)
+	for _, n := range fdb {
+		if n.MasterIndex == link.Attrs().Index || n.LinkIndex == link.Attrs().Index {
+			br.FDB = append(br.FDB, fmt.Sprintf("%s %s flags %#x state %s", n.HardwareAddr, names[n.LinkIndex], n.Flags, neighState(n.State)))
+		}
+	}
+	return br
 }
 
 // Thread is one thread's state. RunNs and WaitNs are the time it has run
@@ -132,6 +195,16 @@ func TakeSample(pid int) (*Sample, error) {
 		}
 		s.Threads = append(s.Threads, readThread(filepath.Join(proc, "task", task.Name()), tid))
 	}
+	if b, err := os.ReadFile(filepath.Join(proc, "net", "arp")); err == nil {
+		for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n")[1:] {
+			// IP address, HW type, Flags, HW address, Mask, Device
+			if f := strings.Fields(line); len(f) == 6 {
+				flags, _ := strconv.ParseUint(strings.TrimPrefix(f[2], "0x"), 16, 32)
+				s.Neighbors = append(s.Neighbors, Neighbor{IP: f[0], MAC: f[3], Device: f[5], Complete: flags&0x2 != 0})
+			}
+		}
+	}
+	s.Bridge = ReadBridge()
 	for _, file := range []string{"tcp", "tcp6"} {
 		if b, err := os.ReadFile(filepath.Join(proc, "net", file)); err == nil {
 			s.Sockets = append(s.Sockets, parseSockets(string(b))...)
@@ -241,4 +314,17 @@ func (n *Node) ContainerLogs(namespace, pod, container string) []string {
 		return na - nb
 	})
 	return logs
+}
+
+// neighState names a neighbor entry's NUD state bits.
+func neighState(state int) string {
+	var out []string
+	for bit, name := range map[int]string{netlink.NUD_INCOMPLETE: "INCOMPLETE", netlink.NUD_REACHABLE: "REACHABLE", netlink.NUD_STALE: "STALE",
+		netlink.NUD_DELAY: "DELAY", netlink.NUD_PROBE: "PROBE", netlink.NUD_FAILED: "FAILED", netlink.NUD_NOARP: "NOARP", netlink.NUD_PERMANENT: "PERMANENT"} {
+		if state&bit != 0 {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return strings.Join(out, "|")
 }

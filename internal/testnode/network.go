@@ -61,8 +61,20 @@ func (n network) firstPodIP() netip.Addr {
 // addresses. Traffic from a Pod to either is delivered to this machine
 // locally: nothing is forwarded, and the host's routes do not change
 // beyond the subnet's own link route.
+//
+// The bridge gets a MAC of its own (bridgeMAC), set at creation. Without
+// one, Linux gives a bridge the lowest MAC among its ports, and changes it
+// as ports come and go: when the Pod whose veth held the lowest MAC was
+// deleted, every other Pod's ARP entry for the gateway named a MAC that no
+// longer existed, and their packets to this machine (replies to the
+// kubelet's probes, requests to the API server) were dropped until the
+// entry expired and was resolved again: 10-40 s in which a healthy
+// controller Pod answered nothing (docs/measurements.md, "A real node").
+// A MAC set by hand is never replaced. The CNI bridge plugin does the same
+// for a bridge it creates itself; this one is made here, before the
+// plugin first runs, so the plugin leaves its MAC alone.
 func (n network) createBridge() error {
-	br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: bridgeName}}
+	br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: bridgeName, HardwareAddr: bridgeMAC(n.Gateway)}}
 	if err := netlink.LinkAdd(br); err != nil {
 		return err
 	}
@@ -76,6 +88,14 @@ func (n network) createBridge() error {
 		}
 	}
 	return netlink.LinkSetUp(br)
+}
+
+// bridgeMAC is a locally administered unicast MAC made of the gateway's
+// address: 0a:58 and the four bytes of the IPv4 address, as the CNI bridge
+// plugin and kubenet derive theirs.
+func bridgeMAC(gateway netip.Addr) net.HardwareAddr {
+	ip := gateway.As4()
+	return net.HardwareAddr{0x0a, 0x58, ip[0], ip[1], ip[2], ip[3]}
 }
 
 // forwarder relays TCP connections to the API server. There is no

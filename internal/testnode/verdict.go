@@ -123,15 +123,27 @@ func Verdict(a, b *Sample) (string, string) {
 		}
 	}
 	fmt.Fprintf(&w, "connections not accepted: %v; bytes arrived unread: %v\n", unaccepted, unread)
-	quiet := 0
+	// A Pod reaches this machine through the bridge's MAC: an ARP entry
+	// for the bridge's address that names a MAC the bridge no longer has,
+	// on itself or a port, sends the Pod's packets nowhere.
+	var lost []string
+	fmt.Fprintf(&w, "bridge %s: MAC %s, addresses %v, ports %v\n", bridgeName, b.Bridge.MAC, b.Bridge.Addrs, b.Bridge.Ports)
+	fmt.Fprintf(&w, "  this machine's ARP entries on it: %q\n  its forwarding database: %q\n", b.Bridge.Neighbors, b.Bridge.FDB)
+	for _, n := range b.Neighbors {
+		fmt.Fprintf(&w, "  the Pod's ARP entry: %s at %s on %s (complete %v)\n", n.IP, n.MAC, n.Device, n.Complete)
+		if n.Complete && slices.Contains(b.Bridge.Addrs, n.IP) && n.MAC != b.Bridge.MAC && !slices.Contains(slices.Collect(maps.Values(b.Bridge.Ports)), n.MAC) {
+			lost = append(lost, fmt.Sprintf("%s at %s", n.IP, n.MAC))
+		}
+	}
+	quiet := map[string]int{}
 	for _, s := range b.Sockets {
 		if s.State != "LISTEN" && s.RxQueue == 0 && s.TxQueue == 0 {
-			quiet++
+			quiet[s.State]++
 			continue
 		}
 		fmt.Fprintf(&w, "  tcp %s %s -> %s tx %d rx %d\n", s.State, s.Local, s.Remote, s.TxQueue, s.RxQueue)
 	}
-	fmt.Fprintf(&w, "  and %d TCP sockets with empty queues\n", quiet)
+	fmt.Fprintf(&w, "  and TCP sockets with empty queues, by state: %v\n", quiet)
 	for _, t := range b.Threads {
 		p := before[t.TID]
 		fmt.Fprintf(&w, "thread %d %s (was %s) ran %v waited %v, wchan %s, syscall %s\n  %s\n", t.TID, t.State, p.State,
@@ -159,6 +171,10 @@ func Verdict(a, b *Sample) (string, string) {
 			waited.Round(time.Millisecond), cpuPressure.Round(time.Millisecond), ran.Round(time.Millisecond), interval.Round(time.Millisecond))
 	case memPressure >= quarter:
 		verdict = fmt.Sprintf("stalled on memory for %v of %v", memPressure.Round(time.Millisecond), interval.Round(time.Millisecond))
+	case len(lost) > 0:
+		verdict = fmt.Sprintf("cut off from this machine: the Pod's ARP entries %v name a MAC that bridge %s no longer has (its MAC is %s, none of its ports has it): "+
+			"the bridge took another MAC when the port holding the lowest one went, and the Pod's packets to this machine go nowhere until the entries expire (ran %v in %v)",
+			lost, bridgeName, b.Bridge.MAC, ran.Round(time.Millisecond), interval.Round(time.Millisecond))
 	case len(blocked) > 0:
 		verdict = "blocked in the kernel: " + strings.Join(blocked, ", ")
 	case ran < quarter:

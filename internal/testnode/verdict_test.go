@@ -97,6 +97,8 @@ func TestVerdictNamesTheCause(t *testing.T) {
 		{"starved", sample(t0, 5, 5, 0, 0, "THAWED"), sample(t1, 50, 3500, 0, 3500, "THAWED"), "runnable but not given a CPU"},
 		{"asleep", sample(t0, 5, 5, 0, 0, "THAWED"), withSockets(sample(t1, 6, 6, 0, 0, "THAWED"), backlog), "asleep: its threads ran 1ms"},
 		{"held", sample(t0, 5, 5, 0, 0, "THAWED", "R"), sample(t1, 5, 5, 0, 0, "THAWED", "R"), "held off the CPU: 1 threads"},
+		{"cut off", sample(t0, 5, 5, 0, 0, "THAWED"), withNeighbor(sample(t1, 6, 6, 0, 0, "THAWED"), "02:00:00:00:00:01"), "cut off from this machine: the Pod's ARP entries [10.88.77.1 at 02:00:00:00:00:01]"},
+		{"reachable through a port", sample(t0, 5, 5, 0, 0, "THAWED"), withNeighbor(sample(t1, 6, 6, 0, 0, "THAWED"), "02:00:00:00:00:03"), "asleep"},
 		{"busy", sample(t0, 5, 5, 0, 0, "THAWED"), sample(t1, 3905, 6, 0, 0, "THAWED"), "busy: its threads ran 3.9s"},
 	} {
 		verdict, figures := Verdict(c.a, c.b)
@@ -111,5 +113,14 @@ func TestVerdictNamesTheCause(t *testing.T) {
 
 func withSockets(s *Sample, sockets ...Socket) *Sample {
 	s.Sockets = sockets
+	return s
+}
+
+// withNeighbor gives the Pod an ARP entry for the gateway at mac, on a
+// bridge whose MAC is 02:00:00:00:00:02 and whose one port has
+// 02:00:00:00:00:03.
+func withNeighbor(s *Sample, mac string) *Sample {
+	s.Neighbors = []Neighbor{{IP: "10.88.77.1", MAC: mac, Device: "eth0", Complete: true}}
+	s.Bridge = Bridge{MAC: "02:00:00:00:00:02", Addrs: []string{"10.88.77.1", "10.0.0.1"}, Ports: map[string]string{"veth1": "02:00:00:00:00:03"}}
 	return s
 }

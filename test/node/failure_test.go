@@ -49,6 +49,12 @@ func (e *env) afterTest(t *testing.T, start time.Time) {
 			stalled = append(stalled, s.pod)
 		}
 	}
+	// The bridge keeps the MAC testnode gave it while Pods come and go; a
+	// change strands every Pod that resolved the old one (the stall that
+	// testnode.Verdict calls "cut off from this machine").
+	for _, c := range e.watch.macChanges(start, end) {
+		t.Errorf("the Pods' bridge changed its MAC to %s at %s (%d ports): Pods that resolved the old one cannot reach this machine", c.mac, c.at.Format("15:04:05.000"), c.ports)
+	}
 	if !t.Failed() {
 		return
 	}

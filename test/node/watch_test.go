@@ -91,6 +91,39 @@ func (s *stall) String() string {
 	return out
 }
 
+type macChange struct {
+	at    time.Time
+	mac   string
+	ports int
+}
+
+// macsSince lists the bridge's MAC changes from t on.
+func (w *watcher) macsSince(t time.Time) string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out strings.Builder
+	for _, c := range w.macs {
+		if !c.at.Before(t) {
+			fmt.Fprintf(&out, "%s bridge MAC %s (%d ports)\n", c.at.Format("15:04:05.000"), c.mac, c.ports)
+		}
+	}
+	return out.String()
+}
+
+// macChanges returns the changes of the bridge's MAC in [from, to], not
+// counting the first one seen.
+func (w *watcher) macChanges(from, to time.Time) []macChange {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []macChange
+	for i, c := range w.macs {
+		if i > 0 && !c.at.Before(from) && !c.at.After(to) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
 // watcher follows the controller's containers until stopped.
 type watcher struct {
 	e      *env
@@ -99,8 +132,11 @@ type watcher struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 
-	mu      sync.Mutex
-	stalls  []*stall
+	mu     sync.Mutex
+	stalls []*stall
+	// macs records when the Pods' bridge took which MAC: a Pod whose ARP
+	// entry names an old one cannot reach this machine (testnode.Verdict).
+	macs    []macChange
 	open    map[string]*stall // by container ID
 	probing map[string]bool
 }
@@ -129,6 +165,12 @@ func (w *watcher) run(ctx context.Context) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	for ctx.Err() == nil {
+		br := testnode.ReadBridge()
+		w.mu.Lock()
+		if n := len(w.macs); br.MAC != "" && (n == 0 || w.macs[n-1].mac != br.MAC) {
+			w.macs = append(w.macs, macChange{at: time.Now(), mac: br.MAC, ports: len(br.Ports)})
+		}
+		w.mu.Unlock()
 		pods, err := w.e.kube.CoreV1().Pods(installNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=bar-controller"})
 		if err == nil {
 			running := map[string]bool{}
@@ -217,6 +259,7 @@ func (w *watcher) investigate(s *stall) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "controller Pod %s, container %s, pid %d: a probe sent at %s timed out after %v\nverdict: %s\n\n%s\n",
 		s.pod, s.container, pid, s.start.Format("15:04:05.000"), probeTimeout, verdict, figures)
+	fmt.Fprintf(&b, "--- the bridge's MAC from a minute before (checked every %v)\n%s", probePeriod, w.macsSince(s.start.Add(-time.Minute)))
 	fmt.Fprintf(&b, "--- kubelet lines about %s from 30 s before\n", s.pod)
 	b.WriteString(logWindow(filepath.Join(w.e.node.LogDir, "kubelet.log"), s.start.Add(-30*time.Second), time.Now(), s.pod))
 	_ = os.WriteFile(file, []byte(b.String()), 0o644)
