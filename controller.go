@@ -402,15 +402,6 @@ func (c *Controller) processNextWorkItem(ctx, stop context.Context) bool {
 		// the stale wait's fixed 50 ms: each try is a request.
 		metrics.RecordSync(metrics.SyncStale, time.Since(start))
 		c.trace.synced(key, start, metrics.SyncStale, err)
-		klog.FromContext(ctx).V(2).Info("The object changed since the cache showed it; retrying", "bar", key, "reason", err)
-		c.queue.AddRateLimited(key)
-	case apierrors.IsConflict(err):
-		// A precondition failed: the Deployment changed since the cache
-		// showed it (sync.go). The cache is behind the API server, not
-		// broken; the retry judges the newer version. Rate-limited, not
-		// the stale wait's fixed 50 ms: each try is a request.
-		metrics.RecordSync(metrics.SyncStale, time.Since(start))
-		c.trace.synced(key, start, metrics.SyncStale, err)
 		klog.FromContext(ctx).V(2).Info("The Deployment changed since the cache showed it; retrying", "bar", key, "reason", err)
 		c.queue.AddRateLimited(key)
 	case ctx.Err() != nil:
