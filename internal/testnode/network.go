@@ -63,16 +63,18 @@ func (n network) firstPodIP() netip.Addr {
 // beyond the subnet's own link route.
 //
 // The bridge gets a MAC of its own (bridgeMAC), set at creation. Without
-// one, Linux gives a bridge the lowest MAC among its ports, and changes it
-// as ports come and go: when the Pod whose veth held the lowest MAC was
-// deleted, every other Pod's ARP entry for the gateway named a MAC that no
-// longer existed, and their packets to this machine (replies to the
-// kubelet's probes, requests to the API server) were dropped until the
-// entry expired and was resolved again: 10-40 s in which a healthy
-// controller Pod answered nothing (docs/measurements.md, "A real node").
-// A MAC set by hand is never replaced. The CNI bridge plugin does the same
-// for a bridge it creates itself; this one is made here, before the
-// plugin first runs, so the plugin leaves its MAC alone.
+// one, Linux gives a bridge the lowest MAC among its ports and changes it
+// as Pods come and go; a Pod whose ARP entry for the gateway names a MAC
+// that has gone can send nothing to this machine until the entry is
+// resolved again (a known cause of container network stalls: CNI's bridge
+// plugin and netavark set the MAC of bridges they create for this reason).
+// On this kernel this machine's own ARP request, sent when the bridge's
+// MAC changes and it next talks to the Pod, heals the entry at once
+// (0.06-0.2 s in a private network namespace), so the 10-40 s stalls of
+// docs/measurements.md are not this; a fixed MAC takes it out of the
+// question, and each node test checks the MAC never changed. The bridge
+// is made here, before the plugin first runs, so the plugin leaves its
+// MAC alone.
 func (n network) createBridge() error {
 	br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: bridgeName, HardwareAddr: bridgeMAC(n.Gateway)}}
 	if err := netlink.LinkAdd(br); err != nil {

@@ -113,7 +113,10 @@ func Verdict(a, b *Sample) (string, string) {
 	}
 
 	// Requests that reached the process's sockets and were not read.
-	var unaccepted, unread []string
+	// And what it sent that was not acknowledged: with nothing unread, a
+	// network that does not carry its packets.
+	var unaccepted, unread, unacked []string
+	halfOpen := 0
 	for _, s := range b.Sockets {
 		switch {
 		case s.State == "LISTEN" && s.RxQueue > 0:
@@ -121,8 +124,15 @@ func Verdict(a, b *Sample) (string, string) {
 		case s.State != "LISTEN" && s.RxQueue > 0:
 			unread = append(unread, fmt.Sprintf("%s<-%s: %d bytes", s.Local, s.Remote, s.RxQueue))
 		}
+		if s.State != "LISTEN" && s.TxQueue > 0 {
+			unacked = append(unacked, fmt.Sprintf("%s->%s: %d bytes", s.Local, s.Remote, s.TxQueue))
+		}
+		if s.State == "SYN_RECV" {
+			halfOpen++
+		}
 	}
-	fmt.Fprintf(&w, "connections not accepted: %v; bytes arrived unread: %v\n", unaccepted, unread)
+	fmt.Fprintf(&w, "connections not accepted: %v; bytes arrived unread: %v; bytes sent unacknowledged: %v; connections half open (SYN_RECV): %d\n",
+		unaccepted, unread, unacked, halfOpen)
 	// A Pod reaches this machine through the bridge's MAC: an ARP entry
 	// for the bridge's address that names a MAC the bridge no longer has,
 	// on itself or a port, sends the Pod's packets nowhere.
@@ -178,8 +188,8 @@ func Verdict(a, b *Sample) (string, string) {
 	case len(blocked) > 0:
 		verdict = "blocked in the kernel: " + strings.Join(blocked, ", ")
 	case ran < quarter:
-		verdict = fmt.Sprintf("asleep: its threads ran %v and waited %v for a CPU in %v, none blocked in the kernel; connections not accepted %v, bytes unread %v",
-			ran.Round(time.Millisecond), waited.Round(time.Millisecond), interval.Round(time.Millisecond), unaccepted, unread)
+		verdict = fmt.Sprintf("idle: its threads ran %v and waited %v for a CPU in %v, none blocked in the kernel; connections not accepted %v, bytes unread %v, bytes sent unacknowledged %v, half open %d",
+			ran.Round(time.Millisecond), waited.Round(time.Millisecond), interval.Round(time.Millisecond), unaccepted, unread, unacked, halfOpen)
 	default:
 		verdict = fmt.Sprintf("busy: its threads ran %v in %v", ran.Round(time.Millisecond), interval.Round(time.Millisecond))
 	}

@@ -95,18 +95,18 @@ func TestVerdictNamesTheCause(t *testing.T) {
 		{"frozen", sample(t0, 5, 5, 0, 0, "THAWED"), sample(t1, 5, 5, 0, 0, "FROZEN"), "frozen by its freezer cgroup"},
 		{"throttled", sample(t0, 5, 5, 0, 0, "THAWED"), sample(t1, 200, 5, 3000, 0, "THAWED"), "throttled by its CFS quota for 3s"},
 		{"starved", sample(t0, 5, 5, 0, 0, "THAWED"), sample(t1, 50, 3500, 0, 3500, "THAWED"), "runnable but not given a CPU"},
-		{"asleep", sample(t0, 5, 5, 0, 0, "THAWED"), withSockets(sample(t1, 6, 6, 0, 0, "THAWED"), backlog), "asleep: its threads ran 1ms"},
+		{"idle", sample(t0, 5, 5, 0, 0, "THAWED"), withSockets(sample(t1, 6, 6, 0, 0, "THAWED"), backlog), "idle: its threads ran 1ms"},
 		{"held", sample(t0, 5, 5, 0, 0, "THAWED", "R"), sample(t1, 5, 5, 0, 0, "THAWED", "R"), "held off the CPU: 1 threads"},
 		{"cut off", sample(t0, 5, 5, 0, 0, "THAWED"), withNeighbor(sample(t1, 6, 6, 0, 0, "THAWED"), "02:00:00:00:00:01"), "cut off from this machine: the Pod's ARP entries [10.88.77.1 at 02:00:00:00:00:01]"},
-		{"reachable through a port", sample(t0, 5, 5, 0, 0, "THAWED"), withNeighbor(sample(t1, 6, 6, 0, 0, "THAWED"), "02:00:00:00:00:03"), "asleep"},
+		{"reachable through a port", sample(t0, 5, 5, 0, 0, "THAWED"), withNeighbor(sample(t1, 6, 6, 0, 0, "THAWED"), "02:00:00:00:00:03"), "idle"},
 		{"busy", sample(t0, 5, 5, 0, 0, "THAWED"), sample(t1, 3905, 6, 0, 0, "THAWED"), "busy: its threads ran 3.9s"},
 	} {
 		verdict, figures := Verdict(c.a, c.b)
 		if !strings.HasPrefix(verdict, c.want) {
 			t.Errorf("%s: verdict %q, want it to start with %q\n%s", c.name, verdict, c.want, figures)
 		}
-		if c.name == "asleep" && !strings.Contains(verdict, "10.88.77.10:8081: 3") {
-			t.Errorf("asleep: verdict %q does not name the 3 connections waiting at 10.88.77.10:8081", verdict)
+		if c.name == "idle" && !strings.Contains(verdict, "10.88.77.10:8081: 3") {
+			t.Errorf("idle: verdict %q does not name the 3 connections waiting at 10.88.77.10:8081", verdict)
 		}
 	}
 }

@@ -51,13 +51,12 @@ import (
 // took the Lease: when it expired, 15 s after the stalled leader's last
 // renewal, plus up to one 2 s retry period. That is the 16-17 s.
 //
-// Why the leader stalled was found by the watcher (watch_test.go): the
-// process was idle in epoll_wait, the probes' connections never reached
-// its sockets, its bytes to the API server sat unacknowledged, and its ARP
-// entry for the gateway named a MAC the bridge no longer had. The bridge
-// had followed the lowest MAC of its ports, and the Pod whose veth held it
-// had just been deleted. testnode now gives the bridge a MAC of its own
-// (createBridge), and every test checks that it never changes (afterTest).
+// The watcher (watch_test.go) now samples a stalled controller Pod from
+// the host. The one stall it caught (two replicas at once, while two new
+// Pods' veths joined the bridge) was not the process: it sat in
+// epoll_wait, ran 4 ms in 3 s and waited on no CPU, no connection of the
+// probes reached its sockets, and its bytes to the API server stayed
+// unacknowledged: the Pods' network path had stopped carrying packets.
 
 // slowConverge is when a converge counts as slow.
 const slowConverge = 5 * time.Second
