@@ -124,7 +124,10 @@ func Verdict(a, b *Sample) (string, string) {
 		case s.State != "LISTEN" && s.RxQueue > 0:
 			unread = append(unread, fmt.Sprintf("%s<-%s: %d bytes", s.Local, s.Remote, s.RxQueue))
 		}
-		if s.State != "LISTEN" && s.TxQueue > 0 {
+		// Unacknowledged in both samples: not a request just sent.
+		if s.State != "LISTEN" && s.TxQueue > 0 && slices.ContainsFunc(a.Sockets, func(o Socket) bool {
+			return o.Local == s.Local && o.Remote == s.Remote && o.TxQueue > 0
+		}) {
 			unacked = append(unacked, fmt.Sprintf("%s->%s: %d bytes", s.Local, s.Remote, s.TxQueue))
 		}
 		if s.State == "SYN_RECV" {
@@ -187,6 +190,16 @@ func Verdict(a, b *Sample) (string, string) {
 			lost, bridgeName, b.Bridge.MAC, ran.Round(time.Millisecond), interval.Round(time.Millisecond))
 	case len(blocked) > 0:
 		verdict = "blocked in the kernel: " + strings.Join(blocked, ", ")
+	case ran < quarter && len(unaccepted) == 0 && len(unread) == 0 && len(unacked) > 0:
+		// What one stall on the test node looked like: the process waits
+		// for the network, and the network brings nothing either way.
+		var arp []string
+		for _, n := range b.Neighbors {
+			arp = append(arp, n.IP+" at "+n.MAC)
+		}
+		verdict = fmt.Sprintf("cut off from the network, not stuck itself: its threads ran %v and waited %v for a CPU in %v, idle; no connection reached its sockets "+
+			"(none waiting to be accepted, %d half open) and what it sent is unacknowledged (%v); its ARP entries %v, bridge %s MAC %s",
+			ran.Round(time.Millisecond), waited.Round(time.Millisecond), interval.Round(time.Millisecond), halfOpen, unacked, arp, bridgeName, b.Bridge.MAC)
 	case ran < quarter:
 		verdict = fmt.Sprintf("idle: its threads ran %v and waited %v for a CPU in %v, none blocked in the kernel; connections not accepted %v, bytes unread %v, bytes sent unacknowledged %v, half open %d",
 			ran.Round(time.Millisecond), waited.Round(time.Millisecond), interval.Round(time.Millisecond), unaccepted, unread, unacked, halfOpen)

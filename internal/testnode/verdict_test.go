@@ -87,6 +87,7 @@ func TestVerdictNamesTheCause(t *testing.T) {
 	t0 := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
 	t1 := t0.Add(4 * time.Second)
 	backlog := Socket{Local: "10.88.77.10:8081", State: "LISTEN", RxQueue: 3}
+	stuck := Socket{Local: "10.88.77.16:48154", Remote: "10.0.0.1:443", State: "ESTABLISHED", TxQueue: 1048}
 	for _, c := range []struct {
 		name string
 		a, b *Sample
@@ -99,6 +100,8 @@ func TestVerdictNamesTheCause(t *testing.T) {
 		{"held", sample(t0, 5, 5, 0, 0, "THAWED", "R"), sample(t1, 5, 5, 0, 0, "THAWED", "R"), "held off the CPU: 1 threads"},
 		{"cut off", sample(t0, 5, 5, 0, 0, "THAWED"), withNeighbor(sample(t1, 6, 6, 0, 0, "THAWED"), "02:00:00:00:00:01"), "cut off from this machine: the Pod's ARP entries [10.88.77.1 at 02:00:00:00:00:01]"},
 		{"reachable through a port", sample(t0, 5, 5, 0, 0, "THAWED"), withNeighbor(sample(t1, 6, 6, 0, 0, "THAWED"), "02:00:00:00:00:03"), "idle"},
+		{"no network", withSockets(sample(t0, 5, 5, 0, 0, "THAWED"), stuck), withSockets(sample(t1, 6, 6, 0, 0, "THAWED"), stuck), "cut off from the network, not stuck itself"},
+		{"a request just sent", sample(t0, 5, 5, 0, 0, "THAWED"), withSockets(sample(t1, 6, 6, 0, 0, "THAWED"), stuck), "idle"},
 		{"busy", sample(t0, 5, 5, 0, 0, "THAWED"), sample(t1, 3905, 6, 0, 0, "THAWED"), "busy: its threads ran 3.9s"},
 	} {
 		verdict, figures := Verdict(c.a, c.b)
