@@ -239,13 +239,30 @@ func TestBarsConvergeWithRealPods(t *testing.T) {
 	if len(pods.Items) != 2 {
 		t.Fatalf("%d Pods, want 2", len(pods.Items))
 	}
+	// Available means Ready, and with no readiness probe (the Bar API sets
+	// none) the kubelet calls a Pod Ready once its container starts, a
+	// moment before test/images/app listens (one run in twenty was refused
+	// then, under load): each Pod gets until it answers, within the
+	// poll's minute.
 	for _, p := range pods.Items {
-		resp, err := http.Get("http://" + p.Status.PodIP + ":8080/")
+		var body []byte
+		var tries int
+		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			tries++
+			resp, err := http.Get("http://" + p.Status.PodIP + ":8080/")
+			if err != nil {
+				return false, nil
+			}
+			body, err = io.ReadAll(resp.Body)
+			resp.Body.Close()
+			return err == nil, nil
+		})
 		if err != nil {
-			t.Fatalf("Pod %s: %v", p.Name, err)
+			t.Fatalf("Pod %s at %s never answered: %v", p.Name, p.Status.PodIP, err)
 		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
+		if tries > 1 {
+			t.Logf("Pod %s answered after %d tries, 100 ms apart", p.Name, tries)
+		}
 		if want := "app on " + p.Name; strings.TrimSpace(string(body)) != want {
 			t.Errorf("Pod %s at %s answered %q, want %q", p.Name, p.Status.PodIP, body, want)
 		}
