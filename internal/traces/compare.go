@@ -40,9 +40,11 @@ import (
 //   - on a relist, whether the Deployments' initial adds find the Bar
 //     (racesTheBarInformer);
 //   - after a Deployment's delete, which of the two Deployment informers
-//     delivers it first: a sync between the two either still finds the
-//     old Deployment (and writes nothing) or waits for the metadata cache
-//     (stale_cache, see newestDeployment in freshness.go). The commands'
+//     delivers it first, and so whether a sync between the two waits for
+//     the caches to agree (stale_cache, see newestDeployment in
+//     freshness.go); likewise for any change of a Deployment;
+//   - how many times a repair apply met a Conflict with another writer
+//     before it went through (requeues). The commands'
 //     outputs have forms of their own (kinds.go).
 //
 // What stays, and is compared:

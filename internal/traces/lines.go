@@ -177,6 +177,13 @@ func (l line) normal() string {
 			continue
 		case "queueDepth":
 			v = "<n>"
+		case "requeues":
+			// Rate-limited retries since the key's last success: a repair
+			// apply that meets a Conflict (another writer, often
+			// kube-controller-manager's status updates, moved the
+			// Deployment since the cache showed it) is retried this way,
+			// and how many times depends on how those writes interleave.
+			v = "<n>"
 		case "collapsed":
 			// Whether an add found the key waiting depends on how the
 			// watch streams and the worker interleave.
