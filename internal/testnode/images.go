@@ -25,6 +25,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/barcontroller/bar-controller/internal/image"
 	"github.com/barcontroller/bar-controller/internal/testcluster"
@@ -85,14 +86,52 @@ func BuildArchive(dir string, img Image) (string, error) {
 // the CRI plugin (and so the kubelet) uses. Pods name them with
 // imagePullPolicy IfNotPresent (the default for a tag other than latest),
 // so nothing is ever pulled.
+//
+// One run in twenty, under load, had ctr give up dialing containerd ("failed
+// to dial ... context deadline exceeded") right after containerd had
+// imported the pause image. An import that could not reach containerd
+// changed nothing, so it is tried again, up to importTries times; each
+// miss is reported with what the host saw of containerd's process over
+// the following seconds (Verdict), so that a containerd that stalls says
+// how.
 func (n *Node) Import(ctx context.Context, archives ...string) error {
 	for _, a := range archives {
-		cmd := exec.CommandContext(ctx, "ctr", "--address", containerdSocket, "--namespace", "k8s.io", "images", "import", a)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("ctr images import %s: %v\n%s", a, err, out)
+		for try := 1; ; try++ {
+			cmd := exec.CommandContext(ctx, "ctr", "--address", containerdSocket, "--namespace", "k8s.io", "images", "import", a)
+			out, err := cmd.CombinedOutput()
+			if err == nil {
+				break
+			}
+			err = fmt.Errorf("ctr images import %s: %v\n%s", a, err, out)
+			if !strings.Contains(string(out), "failed to dial") || try == importTries {
+				return err
+			}
+			fmt.Fprintf(os.Stderr, "testnode: try %d of %d: %v\ncontainerd: %s\n", try, importTries, err, n.containerdVerdict())
 		}
 	}
 	return nil
+}
+
+// importTries bounds the imports of one archive that could not reach
+// containerd.
+const importTries = 3
+
+// containerdVerdict samples containerd's process twice, 2 s apart.
+func (n *Node) containerdVerdict() string {
+	if len(n.procs) == 0 {
+		return "not started"
+	}
+	a, err := TakeSample(n.procs[0].Pid())
+	if err != nil {
+		return err.Error()
+	}
+	time.Sleep(2 * time.Second)
+	b, err := TakeSample(n.procs[0].Pid())
+	if err != nil {
+		return err.Error()
+	}
+	verdict, _ := Verdict(a, b)
+	return verdict
 }
 
 // ContainerPID returns the host PID of a running container's main process,
