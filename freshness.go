@@ -119,7 +119,9 @@ type staleCacheError struct {
 	// is behind another cache rather than behind the controller's write.
 	ahead string
 	// object, if set, is the Deployment the two caches disagree about:
-	// read and wrote are then the resourceVersions of it each one holds.
+	// read is then the resourceVersion of it the lagging cache holds
+	// ("none" if it holds none), wrote the other cache's (or how far that
+	// cache has read, when it no longer holds the Deployment).
 	object string
 }
 
