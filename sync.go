@@ -134,9 +134,8 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) erro
 // the controller's managed-by label, so a Deployment of ours whose label
 // someone removed has a holder and no have.
 func (c *Controller) deploymentFor(bar *barv1.Bar) (holder metav1.Object, have *appsv1.Deployment, err error) {
-	// How far the metadata cache has read, taken before either copy: a
-	// store's version only grows, so what the metadata cache holds (or no
-	// longer holds) when read next is at least this new.
+	// How far the metadata cache has read, taken before either copy: a store's
+	// version only grows, so what it holds (or not) next is at least this new.
 	metaRead := c.deploymentMetaIndexer.LastStoreSyncResourceVersion()
 	have, err = c.deploymentsLister.Deployments(bar.Namespace).Get(bar.Spec.Deployment.Name)
 	if apierrors.IsNotFound(err) {
