@@ -1,6 +1,7 @@
 # Builds a static bar-controller and ships it alone in a distroless image
 # that runs as a non-root user and has no shell.
-#   docker build --build-arg VERSION=$(git describe --always --dirty) -t bar-controller .
+#   docker build --build-arg VERSION=$(git describe --always --dirty) \
+#     --build-arg COMMIT=$(git rev-parse HEAD) -t bar-controller .
 ARG GO_VERSION=1.26
 
 FROM golang:${GO_VERSION} AS build
@@ -10,8 +11,9 @@ COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
 ARG VERSION=dev
+ARG COMMIT=unknown
 RUN CGO_ENABLED=0 go build -trimpath \
-      -ldflags "-s -w -X main.version=${VERSION}" \
+      -ldflags "-s -w -X main.version=${VERSION} -X main.commit=${COMMIT}" \
       -o /out/bar-controller .
 
 FROM gcr.io/distroless/static-debian12:nonroot

@@ -1,7 +1,10 @@
 # bar-controller. `make help` lists the targets.
 
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-GO_LDFLAGS := -X main.version=$(VERSION)
+# The full commit, for --version, bar_controller_build_info and the
+# User-Agent (version.go).
+COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+GO_LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 IMAGE ?= bar-controller:$(VERSION)
 
 SHELL := /bin/bash
@@ -160,4 +163,4 @@ image-tar: ## Build the container image as an OCI archive, _output/image/bar-con
 
 .PHONY: image
 image: ## Build the container image (needs a Docker engine).
-	docker build --build-arg VERSION=$(VERSION) -t $(IMAGE) .
+	docker build --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) -t $(IMAGE) .

@@ -53,16 +53,13 @@ import (
 	informers "github.com/barcontroller/bar-controller/pkg/generated/informers/externalversions"
 )
 
-// version is stamped at build time: -ldflags "-X main.version=v1.2.3".
-var version = "dev"
-
 func main() {
 	klog.InitFlags(nil)
 	var opts options
 	opts.addFlags(flag.CommandLine)
 	flag.Parse()
 	if opts.showVersion {
-		fmt.Println("bar-controller", version)
+		printVersion(os.Stdout)
 		return
 	}
 	if err := opts.validate(); err != nil {
@@ -85,9 +82,10 @@ func main() {
 
 func run(ctx context.Context, opts options) error {
 	logger := klog.FromContext(ctx)
-	logger.Info("Starting bar-controller", "version", version, "namespace", opts.namespace)
+	logger.Info("Starting bar-controller", "version", version, "commit", buildCommit(), "namespace", opts.namespace)
 	// Before any client or work queue exists: they pick up the providers.
 	registry := metrics.NewRegistry()
+	registry.MustRegister(metrics.BuildInfo(version, buildCommit(), goruntime.Version()))
 
 	cfg, err := restConfig(opts)
 	if err != nil {
@@ -313,14 +311,6 @@ func restConfig(opts options) (*rest.Config, error) {
 	}
 	cfg.UserAgent = userAgent(replica)
 	return cfg, nil
-}
-
-// userAgent names the controller in the API server's audit log and request
-// metrics: its version, and which replica sent the request (the Pod name),
-// so that the writes of two replicas, such as an old and a new leader, can
-// be told apart.
-func userAgent(replica string) string {
-	return fmt.Sprintf("bar-controller/%s (%s/%s) %s", version, goruntime.GOOS, goruntime.GOARCH, replica)
 }
 
 // informerShutdownTimeout bounds how long an exiting controller waits for
