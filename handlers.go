@@ -77,8 +77,8 @@ func isBarRef(ref *metav1.OwnerReference) bool {
 }
 
 // addBar and updateBar enqueue on every event, resyncs included: the sync is
-// level-triggered and costs no API call when nothing changed, and a resync
-// is how the controller repairs anything a missed event left behind.
+// level-triggered and costs no API call when nothing changed. A resync replays
+// the cache (only a relist repairs a missed watch event): each Bar syncs again.
 // isInInitialList is true for the Adds of the informer's first list, the
 // ones HasSynced waits for (only --trace shows it).
 func (c *Controller) addBar(obj interface{}, isInInitialList bool) {
