@@ -28,8 +28,6 @@ import (
 	"fmt"
 	"os"
 	"runtime"
-	"strconv"
-	"time"
 
 	"github.com/barcontroller/bar-controller/internal/image"
 )
@@ -52,15 +50,13 @@ func main() {
 
 func run(binary, ref, out, arch string) error {
 	spec := image.Controller(binary, arch)
-	// SOURCE_DATE_EPOCH (reproducible-builds.org) stamps the image; make
-	// passes the commit time, so a rebuild of a commit is bit for bit the same.
-	if epoch := os.Getenv("SOURCE_DATE_EPOCH"); epoch != "" {
-		secs, err := strconv.ParseInt(epoch, 10, 64)
-		if err != nil {
-			return fmt.Errorf("SOURCE_DATE_EPOCH: %w", err)
-		}
-		spec.Created = time.Unix(secs, 0).UTC()
+	// make passes the commit time, so a rebuild of a commit is bit for bit
+	// the same.
+	created, _, err := image.SourceDateEpoch()
+	if err != nil {
+		return err
 	}
+	spec.Created = created
 	img, err := image.Build(spec)
 	if err != nil {
 		return err

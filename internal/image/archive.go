@@ -44,16 +44,10 @@ const (
 // "docker.io/library/bar-controller:v1", the name a kubelet asks
 // containerd for when a Pod says "bar-controller:v1").
 func WriteOCIArchive(out, ref string, img v1.Image) error {
-	named, err := reference.ParseNormalizedNamed(ref)
+	annotations, err := refAnnotations(ref)
 	if err != nil {
-		return fmt.Errorf("image reference %q: %w", ref, err)
+		return err
 	}
-	named = reference.TagNameOnly(named)
-	tagged, ok := named.(reference.Tagged)
-	if !ok {
-		return fmt.Errorf("image reference %q has no tag", ref)
-	}
-
 	dir, err := os.MkdirTemp("", "oci-layout-")
 	if err != nil {
 		return err
@@ -63,13 +57,26 @@ func WriteOCIArchive(out, ref string, img v1.Image) error {
 	if err != nil {
 		return err
 	}
-	if err := p.AppendImage(img, layout.WithAnnotations(map[string]string{
-		containerdImageName: named.String(),
-		ociRefName:          tagged.Tag(),
-	})); err != nil {
+	if err := p.AppendImage(img, layout.WithAnnotations(annotations)); err != nil {
 		return err
 	}
 	return tarDir(dir, out)
+}
+
+// refAnnotations are the annotations that name an image or index ref in a
+// layout's index.json: containerd's with the full name, the OCI one with
+// the tag.
+func refAnnotations(ref string) (map[string]string, error) {
+	named, err := reference.ParseNormalizedNamed(ref)
+	if err != nil {
+		return nil, fmt.Errorf("image reference %q: %w", ref, err)
+	}
+	named = reference.TagNameOnly(named)
+	tagged, ok := named.(reference.Tagged)
+	if !ok {
+		return nil, fmt.Errorf("image reference %q has no tag", ref)
+	}
+	return map[string]string{containerdImageName: named.String(), ociRefName: tagged.Tag()}, nil
 }
 
 // tarDir packs the layout directory. Entries are in lexical order with
