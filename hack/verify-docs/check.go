@@ -17,6 +17,7 @@ type decl struct {
 	Name  string
 	Recv  string // the receiver's or enclosing type's name; "" at top level
 	Field bool   // a struct field or interface method, found only as Type.Name
+	Func  bool   // a func or method, not a type, variable or constant
 	From  int
 	To    int
 }
@@ -39,7 +40,7 @@ func parseGo(file string) (*goFile, error) {
 		switch d := d.(type) {
 		case *ast.FuncDecl:
 			from, to := lines(d)
-			g.Decls = append(g.Decls, decl{Name: d.Name.Name, Recv: recvType(d), From: from, To: to})
+			g.Decls = append(g.Decls, decl{Name: d.Name.Name, Recv: recvType(d), Func: true, From: from, To: to})
 		case *ast.GenDecl:
 			for _, s := range d.Specs {
 				// A spec alone in its declaration spans the keyword
@@ -193,6 +194,9 @@ func (c *checker) check(ct citation) string {
 	if err != nil {
 		return "cannot parse: " + err.Error()
 	}
+	if ct.Proof {
+		return checkProof(g, ct, in)
+	}
 	ds := g.lookup(ct.Name)
 	if len(ds) == 0 {
 		return fmt.Sprintf("%s is not declared in %s", ct.Name, in)
@@ -210,6 +214,23 @@ func (c *checker) check(ct citation) string {
 	return fmt.Sprintf("line %d is outside %s (lines %s of %s)", ct.At, ct.Name, strings.Join(spans, ", "), in)
 }
 
+// checkProof says why a proof citation does not name a test: the claim
+// it ends would then be proven by nothing that runs.
+func checkProof(g *goFile, ct citation, in string) string {
+	if !strings.HasSuffix(ct.Path, "_test.go") {
+		return fmt.Sprintf("a proof must be a test, and %s is not a _test.go file", in)
+	}
+	if !strings.HasPrefix(ct.Name, "Test") {
+		return fmt.Sprintf("a proof must be a func TestXxx, and %s is not named so", ct.Name)
+	}
+	for _, d := range g.lookup(ct.Name) {
+		if d.Recv == "" && d.Func {
+			return ""
+		}
+	}
+	return fmt.Sprintf("the cited proof does not exist: no func %s in %s", ct.Name, in)
+}
+
 // problem is one stale citation, as printed.
 type problem struct {
 	Doc  string
@@ -220,11 +241,20 @@ type problem struct {
 
 func (p problem) String() string { return fmt.Sprintf("%s:%d: %s: %s", p.Doc, p.Line, p.Text, p.Why) }
 
+// tally is what checkDocs counted: citations in all, and per doc the
+// claims that cite a proof and those marked not testable.
+type tally struct {
+	Citations   int
+	Proofs      map[string]int
+	NotTestable map[string]int
+}
+
 // checkDocs checks every citation of the docs (paths relative to root).
-func checkDocs(root string, docs []string, fetch modFetcher) ([]problem, int, error) {
+func checkDocs(root string, docs []string, fetch modFetcher) ([]problem, tally, error) {
+	t := tally{Proofs: map[string]int{}, NotTestable: map[string]int{}}
 	mods, err := knownModules(root)
 	if err != nil {
-		return nil, 0, err
+		return nil, t, err
 	}
 	c := &checker{
 		res:    &resolver{root: root, mods: mods, fetch: fetch, dirs: map[string]string{}, errs: map[string]error{}},
@@ -232,19 +262,43 @@ func checkDocs(root string, docs []string, fetch modFetcher) ([]problem, int, er
 		goErr:  map[string]error{},
 	}
 	var probs []problem
-	count := 0
 	for _, doc := range docs {
 		data, err := os.ReadFile(filepath.Join(root, doc))
 		if err != nil {
-			return nil, 0, err
+			return nil, t, err
 		}
+		t.NotTestable[doc] = notTestable(string(data))
 		cites := append(extract(doc, string(data)), links(doc, string(data))...)
 		for _, ct := range cites {
-			count++
+			t.Citations++
+			if ct.Proof {
+				t.Proofs[doc]++
+			}
 			if why := c.check(ct); why != "" {
 				probs = append(probs, problem{Doc: doc, Line: ct.Line, Text: ct.Text, Why: why})
 			}
 		}
 	}
-	return probs, count, nil
+	return probs, t, nil
+}
+
+// proofFloor is how many proof citations the teaching docs (proofDocs)
+// hold together at least: the count they reached, so that a proof
+// cannot be dropped, or a claim's citation broken into a non-citation,
+// without this check noticing. Raise it as proofs are added.
+const proofFloor = 51
+
+// proofDocs are the docs whose behavioural claims cite their proofs.
+var proofDocs = []string{"docs/informer-internals.md", "docs/informer-topics.md", "docs/writing-handlers.md"}
+
+// belowFloor returns why the proofDocs' proofs are too few, or "".
+func belowFloor(t tally, floor int) string {
+	n := 0
+	for _, d := range proofDocs {
+		n += t.Proofs[d]
+	}
+	if n >= floor {
+		return ""
+	}
+	return fmt.Sprintf("%s cite %d proofs together, fewer than the floor of %d (proofFloor in hack/verify-docs/check.go): a proof citation was dropped or broken", strings.Join(proofDocs, ", "), n, floor)
 }

@@ -20,7 +20,7 @@ func TestCheckDocs(t *testing.T) {
 		}
 		return "", fmt.Errorf("unexpected module %s@%s", path, version)
 	}
-	probs, _, err := checkDocs(root, []string{"README.md", "docs/guide.md"}, fetch)
+	probs, tally, err := checkDocs(root, []string{"README.md", "docs/guide.md"}, fetch)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,6 +33,10 @@ func TestCheckDocs(t *testing.T) {
 		"docs/guide.md:21: `k8s.io/other/x.go`":                                    "no module of go.mod",
 		"docs/guide.md:22: `Ready` (run.go)":                                       "no such file",
 		"docs/guide.md:22: (gone.md)":                                              "no such file",
+		"docs/guide.md:24: `TestNoSuchProof` in `test/guide/claims_test.go`":       "the cited proof does not exist: no func TestNoSuchProof in test/guide/claims_test.go",
+		"docs/guide.md:25: `helperNotATest` in `test/guide/claims_test.go`":        "a proof must be a func TestXxx",
+		"docs/guide.md:27: `TestLooksLikeATest` in `test/guide/claims_test.go`":    "no func TestLooksLikeATest",
+		"docs/guide.md:27: `syncBar` in `sync.go`":                                 "sync.go is not a _test.go file",
 	}
 	got := map[string]bool{}
 	for _, p := range probs {
@@ -51,6 +55,29 @@ func TestCheckDocs(t *testing.T) {
 		if !got[key] {
 			t.Errorf("not reported: %s", key)
 		}
+	}
+	// Five proof citations, good or not, one not-testable mark.
+	if n := tally.Proofs["docs/guide.md"]; n != 5 {
+		t.Errorf("counted %d proofs in docs/guide.md, want 5", n)
+	}
+	if n := tally.NotTestable["docs/guide.md"]; n != 1 {
+		t.Errorf("counted %d not-testable marks in docs/guide.md, want 1", n)
+	}
+}
+
+// TestProofFloor pins that the proofs of the teaching docs are counted
+// together and that one fewer than the floor fails, naming the floor.
+func TestProofFloor(t *testing.T) {
+	tl := tally{Proofs: map[string]int{proofDocs[0]: 30, proofDocs[1]: 9, "README.md": 5}}
+	if why := belowFloor(tl, 39); why != "" {
+		t.Errorf("39 proofs against a floor of 39: %s", why)
+	}
+	why := belowFloor(tl, 40)
+	if !strings.Contains(why, "cite 39 proofs together, fewer than the floor of 40") {
+		t.Errorf("39 proofs against a floor of 40: got %q", why)
+	}
+	if proofFloor < 40 {
+		t.Errorf("proofFloor is %d: the docs were brought to at least 40 proofs, and the floor keeps them there", proofFloor)
 	}
 }
 

@@ -13,14 +13,48 @@ import (
 //	F2 `path/file.go:123`       the file has that line
 //	F3 `Name` in `path/file.go` Name is declared in the file
 //	F4 `Name` at `path/file.go:123` and line 123 lies inside Name
+//
+// An F3 citation written right after "proof:", as in "(proof: `TestName`
+// in `test/guide/x_test.go`)", names the test that demonstrates the
+// sentence it ends: Name must then be a func TestXxx declared in a
+// _test.go file. The docs mark a claim no test can prove with
+// notTestableMarker instead.
 type citation struct {
-	Doc  string // the doc's path as given, for the report
-	Line int    // the doc line the citation starts on
-	Text string // the citation as written, backticks included
-	Name string // F3/F4 only
-	Path string
-	At   int  // the cited line; 0 when none
-	Link bool // a markdown link: Path is relative to the doc's directory
+	Doc   string // the doc's path as given, for the report
+	Line  int    // the doc line the citation starts on
+	Text  string // the citation as written, backticks included
+	Name  string // F3/F4 only
+	Path  string
+	At    int  // the cited line; 0 when none
+	Link  bool // a markdown link: Path is relative to the doc's directory
+	Proof bool // an F3 citation right after "proof:"
+}
+
+// afterProof reports whether the text before a span ends in "proof:" and
+// spaces (a line break included).
+func afterProof(before string) bool {
+	return strings.HasSuffix(strings.TrimRight(before, " \t\n"), "proof:")
+}
+
+// notTestableMarker opens the mark of a claim that no test can prove
+// (history, advice): "(not testable: history)".
+const notTestableMarker = "(not testable: "
+
+// notTestable counts a doc's not-testable marks outside fenced blocks; one
+// right after a backtick is the marker quoted, not a mark.
+func notTestable(content string) int {
+	text := strings.Join(blankFences(strings.Split(content, "\n")), "\n")
+	n := 0
+	for i := 0; ; {
+		j := strings.Index(text[i:], notTestableMarker)
+		if j < 0 {
+			return n
+		}
+		if i+j == 0 || text[i+j-1] != '`' {
+			n++
+		}
+		i += j + len(notTestableMarker)
+	}
 }
 
 // pathRe accepts only what looks like a file path ending in an extension
@@ -215,6 +249,7 @@ func extract(doc, content string) []citation {
 					c.Text = quote(it) + " (" + quote(next) + ")"
 				}
 				c.Path, c.At = splitLine(next.content, m[1])
+				c.Proof = gap == "in" && afterProof(text[:it.start])
 				cites = append(cites, c)
 				k++
 				continue

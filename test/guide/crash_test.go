@@ -1,0 +1,130 @@
+/*
+Copyright The bar-controller Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package guide
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+)
+
+// childLife is how long a child that should die lives if it does not:
+// three of the mutation detector's one-second comparison periods
+// (cacheMutationDetector's period in tools/cache/mutation_detector.go);
+// the handler's panic and the inconsistency come at once.
+const childLife = 3 * time.Second
+
+// The children: bodies that end their process, each run by a test in a
+// re-executed test binary (runAsChild).
+func init() {
+	children["handler-panic"] = func() {
+		s := newFakeServer("a")
+		inf := cache.NewSharedIndexInformer(s.lw(), &corev1.ConfigMap{}, 0, cache.Indexers{})
+		_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: func(interface{}) { panic("handler bug") }})
+		go inf.Run(make(chan struct{}))
+		time.Sleep(childLife)
+		os.Stdout.WriteString("still alive\n")
+	}
+	children["cache-mutation"] = func() {
+		s := newFakeServer("a")
+		inf := cache.NewSharedIndexInformer(s.lw(), &corev1.ConfigMap{}, 0, cache.Indexers{})
+		_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: func(obj interface{}) {
+			obj.(*corev1.ConfigMap).Data["v"] = "written by a handler"
+		}})
+		go inf.Run(make(chan struct{}))
+		time.Sleep(childLife)
+		os.Stdout.WriteString("still alive\n")
+	}
+	children["watchlist-inconsistent"] = func() {
+		// A ListerWatcher that streams one object, and lists two: what
+		// a server whose watch cache is wrong would do.
+		lw := &cache.ListWatch{
+			ListFunc: func(metav1.ListOptions) (runtime.Object, error) {
+				return &corev1.ConfigMapList{ListMeta: metav1.ListMeta{ResourceVersion: "2"},
+					Items: []corev1.ConfigMap{*configMap("a", 1, "x"), *configMap("b", 2, "x")}}, nil
+			},
+			WatchFunc: func(o metav1.ListOptions) (watch.Interface, error) {
+				w := watch.NewRaceFreeFake()
+				if o.SendInitialEvents != nil && *o.SendInitialEvents {
+					w.Add(configMap("a", 1, "x"))
+					end := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{ResourceVersion: "2",
+						Annotations: map[string]string{metav1.InitialEventsAnnotationKey: "true"}}}
+					w.Action(watch.Bookmark, end)
+				}
+				return w, nil
+			},
+		}
+		inf := cache.NewSharedIndexInformer(lw, &corev1.ConfigMap{}, 0, cache.Indexers{})
+		go inf.RunWithContext(context.Background())
+		time.Sleep(childLife)
+		os.Stdout.WriteString("still alive\n")
+	}
+}
+
+// TestHandlerPanicCrashesTheProcess proves: "a panicking handler crashes
+// the process by default": `(*processorListener).run` recovers with
+// `utilruntime.HandleCrash`, which logs the panic and panics again while
+// `utilruntime.ReallyCrash` is true, its default.
+func TestHandlerPanicCrashesTheProcess(t *testing.T) {
+	t.Parallel()
+	out, code := runAsChild(t, "handler-panic")
+	if code != 2 || !strings.Contains(out, "Observed a panic") || !strings.Contains(out, "panic: handler bug") || strings.Contains(out, "still alive") {
+		t.Errorf("exit code %d, want 2 (a panic) with the handler's panic logged; output:\n%s", code, out)
+	}
+}
+
+// TestMutationDetectorPanicsOnAWrittenCacheObject proves:
+// "`KUBE_CACHE_MUTATION_DETECTOR=true` makes a mutation fail loudly": the
+// detector "compares object and copy, prints `CACHE ... ALTERED` with a
+// diff, and panics." It reads the variable at package initialisation,
+// hence the child process.
+func TestMutationDetectorPanicsOnAWrittenCacheObject(t *testing.T) {
+	t.Parallel()
+	out, code := runAsChild(t, "cache-mutation", "KUBE_CACHE_MUTATION_DETECTOR=true")
+	if code != 2 || !strings.Contains(out, "ALTERED") || strings.Contains(out, "still alive") {
+		t.Errorf("exit code %d, want 2 (a panic) after CACHE ... ALTERED; output:\n%s", code, out)
+	}
+	// Without the variable the same handler goes unnoticed.
+	out, code = runAsChild(t, "cache-mutation")
+	if code != 0 || !strings.Contains(out, "still alive") {
+		t.Errorf("without the detector: exit code %d, want 0; output:\n%s", code, out)
+	}
+}
+
+// TestWatchListInconsistencyDetectorPanics proves: with
+// `KUBE_WATCHLIST_INCONSISTENCY_DETECTOR=true`, after a WatchList the
+// reflector LISTs the same resourceVersion again and panics if the
+// streamed objects differ from the listed ones.
+func TestWatchListInconsistencyDetectorPanics(t *testing.T) {
+	t.Parallel()
+	out, code := runAsChild(t, "watchlist-inconsistent", "KUBE_WATCHLIST_INCONSISTENCY_DETECTOR=true")
+	if code != 2 || !strings.Contains(out, "data inconsistency detected") || strings.Contains(out, "still alive") {
+		t.Errorf("exit code %d, want 2 (a panic) naming the inconsistency; output:\n%s", code, out)
+	}
+	out, code = runAsChild(t, "watchlist-inconsistent")
+	if code != 0 || !strings.Contains(out, "still alive") {
+		t.Errorf("without the detector: exit code %d, want 0; output:\n%s", code, out)
+	}
+}

@@ -1,0 +1,262 @@
+/*
+Copyright The bar-controller Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package guide
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/funcr"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	clientfeatures "k8s.io/client-go/features"
+	clientfeaturestesting "k8s.io/client-go/features/testing"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+)
+
+// TestHandlerSeesWhatTheCacheHolds proves: `processDeltas` "adds the
+// Bar to the indexer ... and only then calls `sharedIndexInformer.OnAdd`:
+// a handler never sees an object the cache does not hold yet."
+func TestHandlerSeesWhatTheCacheHolds(t *testing.T) {
+	t.Parallel()
+	s := newFakeServer()
+	var inf cache.SharedIndexInformer
+	var mu sync.Mutex
+	var seen []string
+	inf = startInformer(t, s, 0, cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj interface{}) {
+			_, cached, _ := inf.GetStore().Get(obj)
+			mu.Lock()
+			defer mu.Unlock()
+			seen = append(seen, obj.(*corev1.ConfigMap).Name+map[bool]string{true: " cached", false: " not cached"}[cached])
+		},
+	})
+	s.set("a", "x", true)
+	s.set("b", "x", true)
+	waitFor(t, "two adds", func() bool { mu.Lock(); defer mu.Unlock(); return len(seen) == 2 })
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{"a cached", "b cached"}; !slices.Equal(seen, want) {
+		t.Errorf("handler saw %v, want %v", seen, want)
+	}
+}
+
+// TestListerReturnsTheCachedPointer proves: "A lister ... returns the
+// pointer the map holds. Every handler, every worker and every other
+// controller sharing the informer gets the same object."
+func TestListerReturnsTheCachedPointer(t *testing.T) {
+	t.Parallel()
+	s := newFakeServer()
+	got := make(chan *corev1.ConfigMap, 1)
+	inf := startInformer(t, s, 0, cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj interface{}) { got <- obj.(*corev1.ConfigMap) },
+	})
+	s.set("a", "x", true)
+	handed := <-got
+	listed, err := corelisters.NewConfigMapLister(inf.GetIndexer()).ConfigMaps("ns").Get("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if listed != handed {
+		t.Error("the lister returned a copy, not the object the handler got")
+	}
+	handed.Data["v"] = "mutated" // what the docs forbid: the cache changes, without an event
+	if cached, _, _ := inf.GetStore().GetByKey("ns/a"); cached.(*corev1.ConfigMap).Data["v"] != "mutated" {
+		t.Error("writing to the handler's object did not change the cache")
+	}
+}
+
+// TestRegistrationHasSyncedWaitsForTheHandler proves: the registration's
+// `HasSynced` is true once "the informer has synced *and* this handler
+// has returned from every add of the first list", while the informer's
+// is true as soon as the first list is in the cache.
+func TestRegistrationHasSyncedWaitsForTheHandler(t *testing.T) {
+	t.Parallel()
+	s := newFakeServer("a")
+	release := make(chan struct{})
+	inf := cache.NewSharedIndexInformer(s.lw(), &corev1.ConfigMap{}, 0, cache.Indexers{})
+	reg, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: func(interface{}) { <-release }})
+	must(t, err)
+	runInformer(t, inf)
+	time.Sleep(50 * time.Millisecond) // the handler is blocked in its initial add
+	if !inf.HasSynced() || reg.HasSynced() {
+		t.Fatalf("informer synced %v, registration synced %v; want true, false", inf.HasSynced(), reg.HasSynced())
+	}
+	close(release)
+	waitFor(t, "the registration to sync", reg.HasSynced)
+}
+
+// TestSlowHandlerDelaysOnlyItsOwnListener proves: "a slow handler
+// delays only its own listener: its buffer grows ...; the informer and
+// the other handlers go on."
+func TestSlowHandlerDelaysOnlyItsOwnListener(t *testing.T) {
+	t.Parallel()
+	s := newFakeServer()
+	release := make(chan struct{})
+	defer close(release)
+	fast := &recorder{}
+	slow := cache.ResourceEventHandlerFuncs{AddFunc: func(interface{}) { <-release }}
+	startInformer(t, s, 0, slow, fast)
+	for _, n := range []string{"a", "b", "c"} {
+		s.set(n, "x", true)
+	}
+	waitFor(t, "the fast handler's three adds", func() bool { return fast.len() == 3 })
+}
+
+// TestLateHandlerGetsTheCacheAsInitialAdds proves: "when you add a
+// handler to an informer already running:
+// `(*sharedIndexInformer).AddEventHandlerWithOptions` ... replays the
+// cache to it as initial adds while the informer's `HasSynced` has long
+// been true."
+func TestLateHandlerGetsTheCacheAsInitialAdds(t *testing.T) {
+	t.Parallel()
+	s := newFakeServer("a", "b")
+	inf := startInformer(t, s, 0)
+	late := &recorder{}
+	reg, err := inf.AddEventHandler(late)
+	must(t, err)
+	waitFor(t, "the late registration to sync", reg.HasSynced)
+	es := late.take()
+	slices.SortFunc(es, func(a, b event) int { return strings.Compare(a.Name, b.Name) })
+	want := []event{{Kind: "add", Name: "a", RV: "1", InitialList: true}, {Kind: "add", Name: "b", RV: "2", InitialList: true}}
+	if !slices.Equal(es, want) {
+		t.Errorf("late handler got %v, want %v", es, want)
+	}
+}
+
+// TestTransformAndIndexersAfterStart proves: "`SetTransform` ... refuses
+// once the informer has started", and `AddIndexers` "refuses only once
+// the informer has stopped", indexing "the items already cached".
+func TestTransformAndIndexersAfterStart(t *testing.T) {
+	s := newFakeServer("a")
+	inf := cache.NewSharedIndexInformer(s.lw(), &corev1.ConfigMap{}, 0, cache.Indexers{})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); inf.RunWithContext(ctx) }()
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		t.Fatal("no sync")
+	}
+	if err := inf.SetTransform(func(o interface{}) (interface{}, error) { return o, nil }); err == nil {
+		t.Error("SetTransform on a running informer succeeded")
+	}
+	byValue := cache.Indexers{"byValue": func(o interface{}) ([]string, error) { return []string{o.(*corev1.ConfigMap).Data["v"]}, nil }}
+	must(t, inf.AddIndexers(byValue))
+	if keys, _ := inf.GetIndexer().IndexKeys("byValue", "v0"); !slices.Equal(keys, []string{"ns/a"}) {
+		t.Errorf("a new index of a running informer holds %v, want the cached ns/a", keys)
+	}
+	cancel()
+	<-done
+	if err := inf.AddIndexers(cache.Indexers{"late": byValue["byValue"]}); err == nil {
+		t.Error("AddIndexers on a stopped informer succeeded")
+	}
+}
+
+// TestCachesPopulatedIsLoggedBeforeHasSynced proves: "Caches populated"
+// "is logged when the list is queued", and only `HasSynced` says it has
+// been applied: here the cache's index function holds the informer's
+// processing goroutine, so the list waits in the FIFO.
+func TestCachesPopulatedIsLoggedBeforeHasSynced(t *testing.T) {
+	t.Parallel()
+	s := newFakeServer("a")
+	release := make(chan struct{})
+	var logMu sync.Mutex
+	var logged []string
+	logger := funcr.New(func(_, args string) {
+		logMu.Lock()
+		defer logMu.Unlock()
+		logged = append(logged, args)
+	}, funcr.Options{Verbosity: 2})
+	populated := func() bool {
+		logMu.Lock()
+		defer logMu.Unlock()
+		return slices.ContainsFunc(logged, func(l string) bool { return strings.Contains(l, `"Caches populated"`) })
+	}
+	inf := cache.NewSharedIndexInformer(s.lw(), &corev1.ConfigMap{}, 0, cache.Indexers{
+		"held": func(interface{}) ([]string, error) { <-release; return nil, nil },
+	})
+	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger))
+	done := make(chan struct{})
+	go func() { defer close(done); inf.RunWithContext(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	waitFor(t, `"Caches populated"`, populated)
+	time.Sleep(50 * time.Millisecond)
+	if inf.HasSynced() {
+		t.Fatal("HasSynced while the list was still queued")
+	}
+	close(release)
+	waitFor(t, "HasSynced once the list is applied", inf.HasSynced)
+}
+
+// TestStoreResourceVersionNeedsAtomicFIFO proves:
+// "`LastStoreSyncResourceVersion` ... only answers while `AtomicFIFO` is
+// on": `threadSafeMap.LastStoreSyncResourceVersion` returns "" otherwise.
+func TestStoreResourceVersionNeedsAtomicFIFO(t *testing.T) {
+	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	must(t, idx.Replace([]interface{}{configMap("a", 5, "x")}, "7"))
+	if rv := idx.LastStoreSyncResourceVersion(); rv != "7" {
+		t.Errorf("with AtomicFIFO on the store says %q, want 7", rv)
+	}
+	clientfeaturestesting.SetFeatureDuringTest(t, clientfeatures.AtomicFIFO, false)
+	if rv := idx.LastStoreSyncResourceVersion(); rv != "" {
+		t.Errorf("with AtomicFIFO off the store says %q, want \"\"", rv)
+	}
+}
+
+// TestInformerResourceVersionGatesOnlyGetController proves:
+// `InformerResourceVersion` gates "only
+// `GetController().LastSyncResourceVersion()`, which answers `""`
+// without it; the informer's own `LastSyncResourceVersion` answers either
+// way".
+func TestInformerResourceVersionGatesOnlyGetController(t *testing.T) {
+	s := newFakeServer("a", "b")
+	inf := startInformer(t, s, 0)
+	if a, b := inf.LastSyncResourceVersion(), inf.GetController().LastSyncResourceVersion(); a != "2" || b != "2" {
+		t.Errorf("gate on: informer %q, controller %q; want 2, 2", a, b)
+	}
+	clientfeaturestesting.SetFeatureDuringTest(t, clientfeatures.InformerResourceVersion, false)
+	if a, b := inf.LastSyncResourceVersion(), inf.GetController().LastSyncResourceVersion(); a != "2" || b != "" {
+		t.Errorf("gate off: informer %q, controller %q; want 2, \"\"", a, b)
+	}
+}
+
+// TestBookmarkMovesTheStoreWithoutAnEvent proves: "Bookmarks the server
+// sends now and then move that resourceVersion forward without any
+// object changing", and with `AtomicFIFO` the store's too
+// (`Store.Bookmark(rv)`), with no handler called.
+func TestBookmarkMovesTheStoreWithoutAnEvent(t *testing.T) {
+	t.Parallel()
+	s := newFakeServer("a")
+	rec := &recorder{}
+	inf := startInformer(t, s, 0, rec)
+	rec.take()
+	s.sendEvent(watch.Event{Type: watch.Bookmark, Object: &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{ResourceVersion: "99"}}})
+	waitFor(t, "the store at 99", func() bool { return inf.GetIndexer().LastStoreSyncResourceVersion() == "99" })
+	if inf.LastSyncResourceVersion() != "99" {
+		t.Errorf("informer at %q, want 99", inf.LastSyncResourceVersion())
+	}
+	if es := rec.take(); len(es) != 0 {
+		t.Errorf("a bookmark called the handler: %v", es)
+	}
+}

@@ -1,0 +1,173 @@
+/*
+Copyright The bar-controller Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package guide
+
+import (
+	"reflect"
+	"testing"
+	"time"
+	"unsafe"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+	clocktesting "k8s.io/utils/clock/testing"
+)
+
+// TestReflectorBackoffBounds proves: the `defaultBackoff*` constants
+// "make a base of 800 ms that doubles up to a cap of 30 s, and jitter 1.0
+// adds up to the base again, so the first wait lies in [0.8 s, 1.6 s)
+// and, once the base is capped, every wait in [30 s, 60 s). The base
+// goes back to 800 ms at the first wait asked for more than 2 minutes
+// after the last reset ..., whether or not the rounds in between failed."
+//
+// The waits are asked of the reflector's own delay function (its
+// unexported delayHandler, read by reflection: client-go exports no way
+// to see the default), on a fake clock, so no test waits them out.
+func TestReflectorBackoffBounds(t *testing.T) {
+	clock := clocktesting.NewFakeClock(time.Now())
+	r := cache.NewReflectorWithOptions(newFakeServer().lw(), &corev1.ConfigMap{}, cache.NewStore(cache.MetaNamespaceKeyFunc),
+		cache.ReflectorOptions{Clock: clock})
+	f := reflect.ValueOf(r).Elem().FieldByName("delayHandler")
+	delay := reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem().Interface().(wait.DelayFunc)
+
+	base := 800 * time.Millisecond
+	for i := range 60 {
+		d := delay()
+		if d < base || d >= 2*base {
+			t.Fatalf("wait %d is %v, want it in [%v, %v)", i+1, d, base, 2*base)
+		}
+		base = min(2*base, 30*time.Second)
+		clock.Step(time.Second) // a minute in all: no reset yet
+	}
+	clock.Step(2 * time.Minute)
+	if d := delay(); d < 800*time.Millisecond || d >= 1600*time.Millisecond {
+		t.Errorf("after 2 minutes without a reset the wait is %v, want it back in [0.8s, 1.6s)", d)
+	}
+}
+
+// TestNormalWatchEndReopensWithoutRelist proves: "A watch the server ends
+// normally ... is reopened from `LastSyncResourceVersion`, with no
+// relist."
+func TestNormalWatchEndReopensWithoutRelist(t *testing.T) {
+	t.Parallel()
+	s := newFakeServer("a")
+	startInformer(t, s, 0)
+	s.set("b", "x", true) // b at 2; a watch with an event is not "very short"
+	waitFor(t, "b in the cache", func() bool { _, w := s.counts(); return w == 1 })
+	time.Sleep(50 * time.Millisecond)
+	s.closeWatches()
+	waitFor(t, "a second watch", func() bool { _, w := s.counts(); return w == 2 })
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.lists) != 1 || s.watches[1].ResourceVersion != "2" {
+		t.Errorf("%d lists, second watch from %q; want 1 list and a watch from 2", len(s.lists), s.watches[1].ResourceVersion)
+	}
+}
+
+// TestTooManyRequestsRewatchesWithoutRelist proves: `(*Reflector).watch`
+// "opens the watch again, after a backoff and from
+// `LastSyncResourceVersion`, with no relist, when it could not be opened
+// because ... the server answered 429".
+func TestTooManyRequestsRewatchesWithoutRelist(t *testing.T) {
+	t.Parallel()
+	s := newFakeServer("a")
+	startInformer(t, s, 0)
+	s.set("b", "x", true)
+	time.Sleep(50 * time.Millisecond)
+	s.mu.Lock()
+	s.watchErr = apierrors.NewTooManyRequests("slow down", 1)
+	s.mu.Unlock()
+	s.closeWatches()
+	waitFor(t, "a watch after the 429", func() bool { _, w := s.counts(); return w == 3 })
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.lists) != 1 || s.watches[2].ResourceVersion != "2" {
+		t.Errorf("%d lists, third watch from %q; want 1 list and a watch from 2", len(s.lists), s.watches[2].ResourceVersion)
+	}
+}
+
+// TestGoneEndsTheRoundWithARelist proves: "Any other error, *410 Gone*
+// included, ends the round; the next round starts over ... so the cache
+// is rebuilt from a full snapshot."
+func TestGoneEndsTheRoundWithARelist(t *testing.T) {
+	t.Parallel()
+	s := newFakeServer("a")
+	startInformer(t, s, 0)
+	s.expire()
+	waitFor(t, "a relist and a new watch", func() bool { l, w := s.counts(); return l == 2 && w == 2 })
+}
+
+// TestGVKIsCheckedOnlyForUnstructured proves: `handleAnyWatch` "checks
+// the object's type (and, only for an `Unstructured` informer, its GVK)":
+// a typed reflector stores an object whatever kind its TypeMeta claims;
+// an Unstructured one drops an object of another kind.
+func TestGVKIsCheckedOnlyForUnstructured(t *testing.T) {
+	t.Parallel()
+	run := func(expected runtime.Object, list runtime.Object, events ...runtime.Object) []string {
+		w := watch.NewRaceFreeFake()
+		lw := listOnly{&cache.ListWatch{
+			ListFunc:  func(metav1.ListOptions) (runtime.Object, error) { return list, nil },
+			WatchFunc: func(metav1.ListOptions) (watch.Interface, error) { return w, nil },
+		}}
+		store := cache.NewStore(cache.MetaNamespaceKeyFunc)
+		r := cache.NewReflector(lw, expected, store, 0)
+		stop := make(chan struct{})
+		done := make(chan struct{})
+		go func() { defer close(done); r.Run(stop) }()
+		for _, e := range events {
+			w.Add(e)
+		}
+		marker := events[len(events)-1].(metav1.Object).GetName()
+		waitFor(t, "the last event stored", func() bool { _, ok, _ := store.GetByKey("ns/" + marker); return ok })
+		close(stop)
+		<-done
+		return store.ListKeys()
+	}
+
+	secretKind := configMap("claims-secret", 2, "x")
+	secretKind.TypeMeta = metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"}
+	keys := run(&corev1.ConfigMap{}, &corev1.ConfigMapList{ListMeta: metav1.ListMeta{ResourceVersion: "1"}},
+		secretKind, configMap("last", 3, "x"))
+	if len(keys) != 2 {
+		t.Errorf("typed reflector stored %v, want both objects", keys)
+	}
+
+	u := func(kind, name, rv string) *unstructured.Unstructured {
+		o := &unstructured.Unstructured{}
+		o.SetAPIVersion("v1")
+		o.SetKind(kind)
+		o.SetNamespace("ns")
+		o.SetName(name)
+		o.SetResourceVersion(rv)
+		return o
+	}
+	expected := &unstructured.Unstructured{}
+	expected.SetAPIVersion("v1")
+	expected.SetKind("ConfigMap")
+	list := &unstructured.UnstructuredList{Object: map[string]interface{}{"apiVersion": "v1", "kind": "ConfigMapList"}}
+	list.SetResourceVersion("1")
+	keys = run(expected, list, u("Secret", "claims-secret", "2"), u("ConfigMap", "last", "3"))
+	if len(keys) != 1 || keys[0] != "ns/last" {
+		t.Errorf("Unstructured reflector stored %v, want only ns/last", keys)
+	}
+}
