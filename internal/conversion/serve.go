@@ -23,6 +23,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"time"
 
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	"k8s.io/client-go/kubernetes"
@@ -30,6 +31,16 @@ import (
 
 	"github.com/barcontroller/bar-controller/internal/serving"
 	"github.com/barcontroller/bar-controller/internal/webhookcert"
+)
+
+// How long a request may hold a replica (limit.go): a review of at most
+// maxRequestBytes crosses a cluster's network in well under a second, and
+// is converted in milliseconds, while the API server waits 10 s for an
+// answer. A caller slower than this is not the API server, or is one that
+// gave up already.
+const (
+	bodyTimeout   = 10 * time.Second
+	answerTimeout = 15 * time.Second
 )
 
 // Server is the webhook as the controller runs it: the Converter over
@@ -74,12 +85,13 @@ func start(ctx context.Context, o Options, kube kubernetes.Interface, ext apiext
 		Validity: webhookcert.DefaultValidity, RotateBefore: webhookcert.DefaultRotateBefore,
 	}
 	mux := http.NewServeMux()
-	mux.Handle(Path, NewConverter())
+	mux.Handle(Path, limited(newBudget(budgetBytes, addressShare), NewConverter()))
 	// Until the keeper has loaded a pair, handshakes fail (GetCertificate
 	// errs), and the API server retries with its next request: nothing is
 	// served under a certificate the CRD does not trust.
 	tlsConfig := &tls.Config{GetCertificate: keeper.GetCertificate, MinVersion: tls.VersionTLS12}
-	addr, stopServing, err := serving.Listen(ctx, "conversion-webhook", o.BindAddress, mux, tlsConfig)
+	addr, stopServing, err := serving.Listen(ctx, "conversion-webhook", o.BindAddress, mux, tlsConfig,
+		serving.WithReadTimeout(bodyTimeout), serving.WithWriteTimeout(answerTimeout))
 	if err != nil {
 		return nil, err
 	}

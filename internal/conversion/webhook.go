@@ -29,6 +29,7 @@ package conversion
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -48,11 +49,6 @@ import (
 
 // Path is where the CRD's webhook clientConfig points.
 const Path = "/convert"
-
-// maxRequestBytes bounds a review: the API server sends at most a list's
-// worth of Bars, and etcd's object limit is 1.5 MiB each; a request past
-// this is not from the API server.
-const maxRequestBytes = 64 << 20
 
 // Converter converts Bars between the versions of the API.
 type Converter struct {
@@ -76,14 +72,23 @@ func (c *Converter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "only POST", http.StatusMethodNotAllowed)
 		return
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxRequestBytes))
+	body, err := readBody(w, r)
 	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			metrics.RecordConversion(metrics.ConversionTooLarge, 0, time.Since(start))
+			http.Error(w, tooLarge(r.ContentLength), http.StatusRequestEntityTooLarge)
+			return
+		}
+		// Mostly the server's read timeout: a body sent too slowly.
 		metrics.RecordConversion(metrics.ConversionInvalid, 0, time.Since(start))
-		http.Error(w, err.Error(), http.StatusBadRequest)
+		http.Error(w, fmt.Sprintf("reading the request: %v", err), http.StatusBadRequest)
 		return
 	}
 	var review apiextensionsv1.ConversionReview
-	if err := json.Unmarshal(body, &review); err != nil || review.Request == nil {
+	err = json.Unmarshal(body, &review)
+	body = nil // the review holds its own copies; the collector may take these bytes
+	if err != nil || review.Request == nil {
 		metrics.RecordConversion(metrics.ConversionInvalid, 0, time.Since(start))
 		http.Error(w, fmt.Sprintf("not a ConversionReview: %v", err), http.StatusBadRequest)
 		return
@@ -151,6 +156,42 @@ func (c *Converter) convertOne(raw []byte, target schema.GroupVersion, decoder r
 		return nil, fmt.Errorf("converting to %s: %w", target, err)
 	}
 	return out, nil
+}
+
+// readBody reads a request's body, at most maxRequestBytes of it, into one
+// buffer of its declared length (io.ReadAll's growing buffer would hold up
+// to twice the bytes at its last copy). The bytes read are counted as they
+// arrive, so a flood's cost shows in the metrics whether its requests
+// finish or not.
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	body := countingReader{http.MaxBytesReader(w, r.Body, maxRequestBytes)}
+	size := r.ContentLength
+	if size < 0 || size > maxRequestBytes {
+		size = 0 // unknown or refused: grow as bytes come, up to the limit
+	}
+	// One byte more than declared: the read that finds the end needs room.
+	buf := make([]byte, 0, size+1)
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := body.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+}
+
+type countingReader struct{ r io.Reader }
+
+func (c countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	metrics.AddConversionBytesRead(n)
+	return n, err
 }
 
 func failure(msg string) metav1.Status {

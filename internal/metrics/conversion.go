@@ -17,6 +17,7 @@ limitations under the License.
 package metrics
 
 import (
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -30,12 +31,17 @@ const (
 	ConversionFailure = "failure"
 	// ConversionInvalid: not a ConversionReview, so not the API server.
 	ConversionInvalid = "invalid"
+	// ConversionTooLarge: a body over the webhook's limit, answered 413.
+	ConversionTooLarge = "too_large"
+	// ConversionBusy: the requests in flight hold the webhook's budget,
+	// or the caller's address its share of it; answered 429, unread.
+	ConversionBusy = "busy"
 )
 
 var (
 	conversionRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "bar_controller_conversion_webhook_requests_total",
-		Help: "ConversionReviews the webhook answered, by result (success, failure, invalid).",
+		Help: "Requests the conversion webhook answered, by result (success, failure, invalid, too_large, busy).",
 	}, []string{"result"})
 	conversionObjects = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "bar_controller_conversion_webhook_objects_total",
@@ -48,11 +54,49 @@ var (
 		Help:    "How long answering one ConversionReview took, from the request's first byte read to the response written, by result.",
 		Buckets: prometheus.ExponentialBuckets(0.0001, 2, 18), // 100µs .. 13s
 	}, []string{"result"})
+	// What callers made the webhook read and hold: with the results
+	// above, what a flood cost a replica (internal/conversion/limit.go).
+	conversionBytesRead = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "bar_controller_conversion_webhook_request_bytes_total",
+		Help: "Bytes of request bodies the conversion webhook read, counted as they arrive.",
+	})
+	conversionReserved = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "bar_controller_conversion_webhook_reserved_bytes",
+		Help: "Bytes the conversion webhook's requests in flight have reserved (their Content-Length, at least 16 KiB each).",
+	})
+	conversionReservedMax = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "bar_controller_conversion_webhook_reserved_bytes_max",
+		Help: "The most bytes the conversion webhook's requests in flight have reserved at once since the process started.",
+	})
 )
 
 func conversionCollectors() []prometheus.Collector {
-	return []prometheus.Collector{conversionRequests, conversionObjects, conversionDuration}
+	return []prometheus.Collector{conversionRequests, conversionObjects, conversionDuration,
+		conversionBytesRead, conversionReserved, conversionReservedMax}
 }
+
+// AddConversionBytesRead counts n bytes of a request body read.
+func AddConversionBytesRead(n int) {
+	conversionBytesRead.Add(float64(n))
+}
+
+// SetConversionReserved records the bytes reserved by the requests in
+// flight, and the most ever: a sampled gauge would miss a flood's peak,
+// which is what bounds the replica's memory.
+func SetConversionReserved(n int64) {
+	conversionReserved.Set(float64(n))
+	reservedMaxMu.Lock()
+	defer reservedMaxMu.Unlock()
+	if n > reservedMax {
+		reservedMax = n
+		conversionReservedMax.Set(float64(n))
+	}
+}
+
+var (
+	reservedMaxMu sync.Mutex
+	reservedMax   int64
+)
 
 // RecordConversion counts one ConversionReview of n objects and how long
 // answering it took.

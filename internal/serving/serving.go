@@ -44,9 +44,40 @@ func Serve(ctx context.Context, name, addr string, h http.Handler, tlsConfig *tl
 	return stop, err
 }
 
+// Timeouts every endpoint gets. A request's headers and body must arrive
+// within ReadTimeout of its first byte, so a caller that sends a byte a
+// second holds a goroutine and a connection for that long, not forever;
+// no endpoint takes a body that the network between Pods needs seconds to
+// carry. An idle keep-alive connection is closed after IdleTimeout, so
+// idle sockets cannot pile up either. There is no default WriteTimeout: a
+// CPU profile (/debug/pprof/profile) writes its answer only after the
+// seconds it was asked to sample; endpoints whose answers are quick set
+// one (WithWriteTimeout).
+const (
+	ReadHeaderTimeout = 10 * time.Second
+	ReadTimeout       = 30 * time.Second
+	IdleTimeout       = 90 * time.Second
+)
+
+// Option changes one endpoint's server from the defaults above.
+type Option func(*http.Server)
+
+// WithReadTimeout bounds how long a request's headers and body may take to
+// arrive.
+func WithReadTimeout(d time.Duration) Option {
+	return func(s *http.Server) { s.ReadTimeout = d }
+}
+
+// WithWriteTimeout bounds how long answering a request may take, from the
+// end of its headers until the answer is written: a caller that does not
+// read its answer holds the handler no longer than that.
+func WithWriteTimeout(d time.Duration) Option {
+	return func(s *http.Server) { s.WriteTimeout = d }
+}
+
 // Listen is Serve, always on, and also returns the address it listens on
 // (the port, when addr asked for any with ":0").
-func Listen(ctx context.Context, name, addr string, h http.Handler, tlsConfig *tls.Config) (net.Addr, func(), error) {
+func Listen(ctx context.Context, name, addr string, h http.Handler, tlsConfig *tls.Config, opts ...Option) (net.Addr, func(), error) {
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s endpoint: %w", name, err)
@@ -60,9 +91,13 @@ func Listen(ctx context.Context, name, addr string, h http.Handler, tlsConfig *t
 	// at shutdown ends through Shutdown below.
 	base := context.WithoutCancel(ctx)
 	logger := klog.FromContext(ctx)
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second,
+	srv := &http.Server{Handler: h,
+		ReadHeaderTimeout: ReadHeaderTimeout, ReadTimeout: ReadTimeout, IdleTimeout: IdleTimeout,
 		BaseContext: func(net.Listener) context.Context { return base },
 		ErrorLog:    log.New(serverErrors{logger.WithValues("endpoint", name)}, "", 0)}
+	for _, o := range opts {
+		o(srv)
+	}
 	logger.Info("Serving", "endpoint", name, "address", bound.String(), "scheme", scheme)
 	go func() {
 		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {

@@ -19,6 +19,8 @@ package serving
 import (
 	"context"
 	"crypto/tls"
+	"io"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -71,5 +73,54 @@ func TestServerErrorsGoToTheLogger(t *testing.T) {
 			t.Fatalf("no handshake error in the endpoint's log:\n%s", got)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A body sent a byte at a time is cut off by the read timeout: the
+// handler's read fails, and the server closes the connection, instead of
+// holding both for as long as the sender likes.
+func TestSlowBodyIsCutOff(t *testing.T) {
+	readErr := make(chan error, 1)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, err := io.Copy(io.Discard, r.Body)
+		readErr <- err
+	})
+	addr, stop, err := Listen(context.Background(), "slow", "127.0.0.1:0", h, nil, WithReadTimeout(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	conn, err := net.Dial("tcp", addr.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := io.WriteString(conn, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	// 10 s is a hang bound: the sender keeps going for that long, and a
+	// server without a read timeout reads on.
+	stopSending := make(chan struct{})
+	defer close(stopSending)
+	go func() {
+		for range 100 {
+			select {
+			case <-stopSending:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			if _, err := io.WriteString(conn, "x"); err != nil {
+				return
+			}
+		}
+	}()
+	select {
+	case err := <-readErr:
+		if err == nil {
+			t.Fatal("the handler read the whole slow body")
+		}
+		t.Logf("the handler's read ended with: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the handler was still reading the slow body after 10 s")
 	}
 }

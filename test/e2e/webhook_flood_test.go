@@ -1,0 +1,296 @@
+/*
+Copyright The bar-controller Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package e2e
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/yaml"
+)
+
+// The flood's shape. Any Pod can reach the webhook's Service where no
+// NetworkPolicy is enforced; this one sends from 127.0.0.2, so the API
+// server (calling from 127.0.0.1) is another client address, as it is in
+// a cluster.
+const (
+	// Reviews far over the limit, each a valid ConversionReview with one
+	// Bar carrying a huge annotation, sent as fast as the socket takes
+	// them: the webhook once read each whole and converted it (the issue:
+	// a few of them took a replica past its memory limit).
+	oversizeRequests = 8
+	oversizeBytes    = 16 << 20
+	// Bodies declared at 1 MiB and sent at a few bytes a second: each
+	// once held a goroutine and a connection for as long as its sender
+	// liked.
+	slowRequests = 24
+	slowBytes    = 1 << 20
+	// Requests with no Content-Length (chunked), far over the limit.
+	chunkedRequests = 4
+	// v1alpha1 reads of one Bar during the flood, each a ConversionReview
+	// the API server sends.
+	convertedReads = 20
+	// Then valid reviews of 3 MiB, converted, from two addresses at once:
+	// the budget full of work that is not slow, the webhook's peak memory.
+	largeRequests = 16
+	largeBytes    = 3 << 20
+)
+
+// What internal/conversion/limit.go allows one client address and the
+// process (addressShare, budgetBytes): the counts below are judged by them.
+const (
+	addressShareBytes = 6 << 20
+	budgetBytes       = 8 << 20
+)
+
+// TestWebhookFlood floods a conversion-only replica (the Pod with the
+// smallest memory limit, artifacts/conversion-only) with oversize reviews,
+// slow bodies and chunked bodies from many connections at once, while the
+// API server converts a Bar through it. It runs under the manifest's
+// GOMEMLIMIT and is judged by counts: the answers by status code, the bytes
+// the webhook read (its own counter), the most bytes its requests in flight
+// reserved at once, and the process's peak resident memory (the kernel's
+// VmHWM, a high-water mark no sampling can miss), which must stay under the
+// manifest's memory limit. Every read through the webhook succeeds.
+func TestWebhookFlood(t *testing.T) {
+	env, ns := setupOps(t)
+	env.install(t)
+	kubeconfig, _ := env.serviceAccountConfig(t)
+	goMemLimit, memLimit := conversionOnlyMemory(t)
+	t.Setenv("GOMEMLIMIT", goMemLimit) // the child inherits it, as the Pod's container would
+	hook := localWebhook(t, env, installNamespace)
+	addr := strings.TrimPrefix(hook[0], "--conversion-webhook-bind-address=")
+	c := startController(t, "flooded", kubeconfig, append([]string{"--conversion-webhook-only"}, hook...)...)
+	c.waitProbe(t, "/readyz", 200)
+	bar := createOpsBar(t, env, ns, "flooded")
+	checkConvertedRead(t, env, ns, bar.Name, bar.Spec.Deployment.Name)
+	value := func(name string) float64 {
+		t.Helper()
+		v, ok := c.scrape(t).Value(name, nil)
+		if !ok {
+			t.Errorf("the webhook exports no %s", name)
+		}
+		return v
+	}
+	results := func() map[string]float64 {
+		m := c.scrape(t)
+		out := map[string]float64{}
+		for _, r := range []string{"success", "failure", "invalid", "too_large", "busy"} {
+			out[r], _ = m.Value("bar_controller_conversion_webhook_requests_total", map[string]string{"result": r})
+		}
+		return out
+	}
+	before := results()
+	readBefore := value("bar_controller_conversion_webhook_request_bytes_total")
+	hwmBefore := peakRSS(t, c.Pid())
+
+	f := &flooder{addr: addr, src: net.IPv4(127, 0, 0, 2), codes: map[string]map[int]int{}}
+	var wg sync.WaitGroup
+	for range slowRequests {
+		wg.Go(func() { f.post("slow", slowBytes, false, f.slowBody) })
+	}
+	// The slow bodies the webhook admitted hold the flooder's share of its
+	// budget until its read timeout ends them; the rest were refused. 10 s
+	// is a hang bound: a webhook without the budget never gets there, and
+	// the flood goes on without the wait.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if v, _ := c.scrape(t).Value("bar_controller_conversion_webhook_reserved_bytes", nil); v >= addressShareBytes {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("the slow bodies did not take the flooder's share of the webhook's budget (%d bytes) within 10 s", addressShareBytes)
+			break
+		}
+	}
+	for range oversizeRequests {
+		wg.Go(func() { f.post("oversize", oversizeBytes, false, f.oversizeBody(oversizeBytes)) })
+	}
+	for range chunkedRequests {
+		wg.Go(func() { f.post("chunked", -1, true, f.oversizeBody(oversizeBytes)) })
+	}
+	// The API server's own reviews find room: they come from another
+	// address.
+	for i := range convertedReads {
+		if _, err := env.bars.BarcontrollerV1alpha1().Bars(ns).Get(t.Context(), bar.Name, metav1.GetOptions{}); err != nil {
+			t.Errorf("v1alpha1 read %d of %d during the flood: %v", i+1, convertedReads, err)
+		}
+	}
+	wg.Wait()
+	phase1 := results()
+	// Two more clients, each within its share, together past the budget.
+	big := []*flooder{
+		{addr: addr, src: net.IPv4(127, 0, 0, 3), codes: f.codes},
+		{addr: addr, src: net.IPv4(127, 0, 0, 4), codes: f.codes},
+	}
+	for i := range largeRequests {
+		g := big[i%len(big)]
+		wg.Go(func() { g.post("large", largeBytes, false, g.oversizeBody(largeBytes)) })
+	}
+	wg.Wait()
+	phase2 := results()
+
+	// The webhook's own counts of its answers are the verdict. A flooder
+	// may miss an answer the webhook sent: a refused body is left unread,
+	// and the connection closed under a client still writing can be reset
+	// before the client reads (so the clients' counts are only logged,
+	// and only their 200s are judged).
+	codes := f.result()
+	t.Logf("answers by kind and status code, as the flooders read them (0: none): %v", codes)
+	t.Logf("the webhook's answers by result: %v before, %v after the first phase, %v after the large reviews", before, phase1, phase2)
+	delta := func(a, b map[string]float64, result string) int { return int(b[result] - a[result]) }
+	if n := delta(before, phase1, "too_large"); n != oversizeRequests {
+		t.Errorf("oversize reviews refused as too large (413): %d, want %d", n, oversizeRequests)
+	}
+	// Slow bodies: refused at once (429, busy) past the address's share;
+	// the admitted ones ended by the webhook's read timeout (400, invalid),
+	// as were the chunked ones at once (411, invalid). None completed.
+	admitted := slowRequests - delta(before, phase1, "busy")
+	if admitted > addressShareBytes/slowBytes {
+		t.Errorf("%d slow bodies admitted at once, want at most the address's share, %d", admitted, addressShareBytes/slowBytes)
+	}
+	if n := delta(before, phase1, "invalid"); n != chunkedRequests+admitted {
+		t.Errorf("%d requests refused as invalid, want the %d chunked ones and the %d admitted slow bodies", n, chunkedRequests, admitted)
+	}
+	if n := codes["slow"][http.StatusOK] + codes["oversize"][http.StatusOK] + codes["chunked"][http.StatusOK]; n != 0 {
+		t.Errorf("%d flood requests answered 200", n)
+	}
+	// Large reviews: converted while they fit the budget, refused (429)
+	// past it, nothing else.
+	converted := delta(phase1, phase2, "success")
+	if refused := delta(phase1, phase2, "busy"); converted+refused != largeRequests || converted < budgetBytes/largeBytes {
+		t.Errorf("large reviews: %d converted, %d refused as busy; want at least %d converted and the rest refused, of %d",
+			converted, refused, budgetBytes/largeBytes, largeRequests)
+	}
+	// What the webhook read: the slow bodies' few bytes, the API server's
+	// reviews and the large reviews it converted, none of the oversize or
+	// refused bodies.
+	read := value("bar_controller_conversion_webhook_request_bytes_total") - readBefore
+	if bound := float64(admitted*slowBytes + convertedReads*(64<<10) + converted*largeBytes); read > bound {
+		t.Errorf("the webhook read %.0f bytes of request bodies during the flood, want at most %.0f", read, bound)
+	}
+	if peak := value("bar_controller_conversion_webhook_reserved_bytes_max"); peak > budgetBytes {
+		t.Errorf("requests in flight reserved %.0f bytes at once, over the budget of %d", peak, budgetBytes)
+	}
+	hwm := peakRSS(t, c.Pid())
+	t.Logf("peak resident memory: %d MiB before the flood, %d MiB after (limit %d MiB, GOMEMLIMIT %s); read %.0f bytes",
+		hwmBefore>>20, hwm>>20, memLimit>>20, goMemLimit, read)
+	if hwm >= memLimit {
+		t.Errorf("peak resident memory %d MiB reached the conversion-only Pod's memory limit, %d MiB", hwm>>20, memLimit>>20)
+	}
+	c.waitProbe(t, "/readyz", 200)
+	checkConvertedRead(t, env, ns, bar.Name, bar.Spec.Deployment.Name)
+}
+
+// conversionOnlyMemory reads GOMEMLIMIT and the memory limit of the
+// conversion-only Deployment as shipped.
+func conversionOnlyMemory(t *testing.T) (goMemLimit string, limit int64) {
+	t.Helper()
+	var d appsv1.Deployment
+	readManifest(t, filepath.Join(artifactsDir, "conversion-only", "deployment.yaml"), &d)
+	c := d.Spec.Template.Spec.Containers[0]
+	for _, e := range c.Env {
+		if e.Name == "GOMEMLIMIT" {
+			goMemLimit = e.Value
+		}
+	}
+	if goMemLimit == "" {
+		t.Fatal("artifacts/conversion-only sets no GOMEMLIMIT")
+	}
+	q, ok := c.Resources.Limits["memory"]
+	if !ok {
+		t.Fatal("artifacts/conversion-only sets no memory limit")
+	}
+	return goMemLimit, q.Value()
+}
+
+// peakRSS is a process's peak resident memory in bytes (VmHWM).
+func peakRSS(t *testing.T, pid int) int64 {
+	t.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(string(data)) {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			q, err := resource.ParseQuantity(strings.ReplaceAll(strings.TrimSpace(v), " kB", "Ki"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return q.Value()
+		}
+	}
+	t.Fatal("no VmHWM in /proc status")
+	return 0
+}
+
+// The NetworkPolicy shipped in artifacts/networkpolicy is valid for the
+// API server (a server-side dry run), selects the Pods of both Deployments
+// that serve the webhook, and names ports their containers have: a label
+// or port renamed in one place and not the other would leave the Pods
+// open, or shut the API server out.
+func TestNetworkPolicyManifest(t *testing.T) {
+	env, _ := setupOps(t)
+	env.install(t)
+	dir := filepath.Join(artifactsDir, "networkpolicy")
+	if out, err := env.cluster.Kubectl(t.Context(), "apply", "--server-side", "--dry-run=server", "-k", dir); err != nil {
+		t.Fatalf("applying %s: %v\n%s", dir, err, out)
+	}
+	var policy networkingv1.NetworkPolicy
+	readManifest(t, filepath.Join(dir, "networkpolicy.yaml"), &policy)
+	selector, err := metav1.LabelSelectorAsSelector(&policy.Spec.PodSelector)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{"install/deployment.yaml", "conversion-only/deployment.yaml"} {
+		var d appsv1.Deployment
+		readManifest(t, filepath.Join(artifactsDir, path), &d)
+		if !selector.Matches(labels.Set(d.Spec.Template.Labels)) {
+			t.Errorf("the NetworkPolicy does not select the Pods of %s", path)
+			continue
+		}
+		ports := map[string]bool{}
+		for _, p := range d.Spec.Template.Spec.Containers[0].Ports {
+			ports[p.Name] = true
+		}
+		if !ports["webhook"] {
+			t.Errorf("%s has no port named webhook, which the NetworkPolicy admits the API server to", path)
+		}
+	}
+}
+
+func readManifest(t *testing.T, path string, into any) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(data, into); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+}
