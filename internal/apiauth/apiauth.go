@@ -87,23 +87,48 @@ type Options struct {
 	ClientRate  float64
 	ClientBurst int
 	// ReturningRate, ReturningBurst and ReturningInFlight bound the
-	// reviews of tokens accepted recently, and the access reviews.
+	// reviews of tokens accepted recently.
 	ReturningRate     float64
 	ReturningBurst    int
 	ReturningInFlight int
+	// AccessRate, AccessBurst and AccessInFlight bound the access
+	// reviews.
+	AccessRate     float64
+	AccessBurst    int
+	AccessInFlight int
+	// IdentityRate, IdentityBurst and IdentityInFlight are each
+	// identity's own bound in front of the returning and the access
+	// lanes (one for each lane).
+	IdentityRate     float64
+	IdentityBurst    int
+	IdentityInFlight int
 }
 
+// Rate and Burst are what all the lanes together may send: a client's own
+// rate limiter set to them never delays a review the lanes admitted.
+func (o Options) Rate() float64 { return o.NewcomerRate + o.ReturningRate + o.AccessRate }
+
+// Burst: see Rate.
+func (o Options) Burst() int { return o.NewcomerBurst + o.ReturningBurst + o.AccessBurst }
+
 // DefaultOptions suit Prometheus scraping every few seconds: a scraper
-// costs one token review and one access review per path a minute (the
-// returning lane), and its first scrape one newcomer review. A flood of
-// bogus tokens costs the API server at most 5 reviews a second (plus a
-// burst of 10) whatever its rate, and one address at most 1 a second.
+// costs one token review (the returning lane) and one access review per
+// path (the access lane) a minute, and its first scrape one newcomer
+// review. A flood of bogus tokens costs the API server at most 5 reviews a
+// second (plus a burst of 10) whatever its rate, and one address at most 1
+// a second; a flood from one accepted identity at most 1 review a second
+// in each of the returning and access lanes (plus a burst of 5), leaving
+// the rest of them to the others. The lanes together send at most 10 a
+// second, plus a burst of 30, as the filter's own client did before the
+// returning lane was split in two.
 func DefaultOptions() Options {
 	return Options{
 		Timeout:      5 * time.Second,
 		NewcomerRate: 5, NewcomerBurst: 10, NewcomerInFlight: 2,
 		ClientRate: 1, ClientBurst: 5,
-		ReturningRate: 5, ReturningBurst: 20, ReturningInFlight: 2,
+		ReturningRate: 2, ReturningBurst: 8, ReturningInFlight: 2,
+		AccessRate: 3, AccessBurst: 12, AccessInFlight: 2,
+		IdentityRate: 1, IdentityBurst: 5, IdentityInFlight: 1,
 	}
 }
 
@@ -116,13 +141,14 @@ type Filter struct {
 	// Keys are sha256 hashes: a token is never kept as it is.
 	acceptedTokens *cache.LRUExpireCache // tokenKey -> *authenticationv1.UserInfo
 	refusedTokens  *cache.LRUExpireCache // tokenKey -> struct{}
-	knownTokens    *cache.LRUExpireCache // tokenKey -> struct{}, see knownTTL
+	knownTokens    *cache.LRUExpireCache // tokenKey -> the username it was accepted for, see knownTTL
 	decisions      *cache.LRUExpireCache // decisionKey -> decision, allowed ones
 	refusals       *cache.LRUExpireCache // decisionKey -> decision, denied ones
 	inFlight       singleflight.Group
 
-	clients              *clientLimiter
-	newcomers, returning *lane
+	clients                      *keyedLimiter // per address, for the newcomers
+	returningIDs, accessIDs      *keyedLimiter // per identity
+	newcomers, returning, access *lane
 }
 
 type decision struct {
@@ -143,18 +169,42 @@ func newWithClock(client kubernetes.Interface, opts Options, c clock.PassiveCloc
 		knownTokens:    cache.NewLRUExpireCacheWithClock(cacheSize, c),
 		decisions:      cache.NewLRUExpireCacheWithClock(cacheSize, c),
 		refusals:       cache.NewLRUExpireCacheWithClock(cacheSize, c),
-		clients:        newClientLimiter(c, opts.ClientRate, opts.ClientBurst),
-		newcomers:      newLane("newcomers", c, opts.NewcomerRate, opts.NewcomerBurst, opts.NewcomerInFlight),
-		returning:      newLane("returning", c, opts.ReturningRate, opts.ReturningBurst, opts.ReturningInFlight),
+		// The lane behind bounds the addresses' reviews in flight.
+		clients:      newKeyedLimiter(c, opts.ClientRate, opts.ClientBurst, 0),
+		returningIDs: newKeyedLimiter(c, opts.IdentityRate, opts.IdentityBurst, opts.IdentityInFlight),
+		accessIDs:    newKeyedLimiter(c, opts.IdentityRate, opts.IdentityBurst, opts.IdentityInFlight),
+		newcomers:    newLane("newcomers", c, opts.NewcomerRate, opts.NewcomerBurst, opts.NewcomerInFlight),
+		returning:    newLane("returning", c, opts.ReturningRate, opts.ReturningBurst, opts.ReturningInFlight),
+		access:       newLane("access", c, opts.AccessRate, opts.AccessBurst, opts.AccessInFlight),
 	}
 }
 
 // Wrap returns h behind the filter. Every answer it gives itself is 401,
-// 403 or 429 with the reason in the body (answer.go).
+// 403 or 429 with the reason in the body (answer.go), or 404 and 405 for
+// what it does not serve.
+//
+// If h is a *http.ServeMux (metrics.Handler is), a path it has no handler
+// for is answered 404 before any review: the caller learns only what a
+// scan of the port tells, the paths served, and a loop over made-up paths
+// costs the API server nothing. Only GET is served (Prometheus and the Go
+// profiles need nothing else), so "get" is the one verb a caller can make
+// the filter ask about: a loop over methods costs nothing either.
 func (f *Filter) Wrap(h http.Handler) http.Handler {
+	mux, _ := h.(*http.ServeMux)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx := r.Context()
 		logger := klog.FromContext(ctx)
+		if r.Method != http.MethodGet {
+			w.Header().Set("Allow", http.MethodGet)
+			http.Error(w, "Method Not Allowed: only GET", http.StatusMethodNotAllowed)
+			return
+		}
+		if mux != nil {
+			if _, pattern := mux.Handler(r); pattern == "" {
+				http.NotFound(w, r)
+				return
+			}
+		}
 		token, ok := bearerToken(r)
 		if !ok {
 			http.Error(w, "Unauthorized: no bearer token", http.StatusUnauthorized)

@@ -33,7 +33,7 @@ import (
 // here, before any review is sent. A review that would go past a bound is
 // not sent at all: the caller gets 429 and the API server nothing.
 //
-// Reviews go in one of two lanes, each with a token bucket (reviews per
+// Reviews go in one of three lanes, each with a token bucket (reviews per
 // second) and a bound on reviews in flight:
 //
 //   - newcomers: TokenReviews of tokens this process has not seen accepted
@@ -45,15 +45,24 @@ import (
 //     address still finds room in it (a flood from many addresses can still
 //     fill the lane; it cannot make the API server do more).
 //   - returning: TokenReviews of tokens the API server accepted recently
-//     (their cached answer expired, see allowTTL), and every
-//     SubjectAccessReview, which only follows an accepted token. A flood of
-//     bogus tokens never gets here, so a Prometheus that has scraped before
-//     keeps scraping however busy the newcomers are.
+//     (their cached answer expired, see allowTTL). A flood of bogus tokens
+//     never gets here, so a Prometheus that has scraped before keeps
+//     scraping however busy the newcomers are.
+//   - access: SubjectAccessReviews, which only follow an accepted token.
 //
-// A caller with a token the API server accepts can still spend the
-// returning lane, e.g. by asking for many paths (one access review each);
-// it stays bounded, and such a caller could as well ask the API server
-// itself.
+// Any Pod's token is accepted, so the returning and access lanes are open
+// to every identity in the cluster, and one identity could drain them: by
+// asking for many paths or methods (one access review each, a refusal
+// remembered per path), or with many tokens of its own. So in front of
+// both, each identity (the user the API server named) has a bucket and a
+// bound on reviews in flight of its own, as each address has for the
+// newcomers: a caller that the API server accepts but does not authorize
+// spends its own share, and a Prometheus that needs a review, the first
+// for a new path or again after its answer expired, finds the lane open.
+// Token re-reviews and access reviews have lanes of their own, so a flood
+// of one kind cannot take the other's. Paths nothing serves are answered
+// 404 and methods other than GET 405, before any review
+// (apiauth.go): a loop over /x1, /x2, ... costs nothing.
 //
 // kube-rbac-proxy and controller-runtime's secure metrics send a review for
 // every uncached token, unbounded, from the controller's own client.
@@ -93,23 +102,28 @@ func (l *lane) admit() (release func(), reason string) {
 	return func() { <-l.inFlight }, ""
 }
 
-// clientLimiter keeps a token bucket per client address, for the
-// newcomers' lane only. Addresses are the connection's, not a header's
-// (X-Forwarded-For is whatever the caller writes). IPv6 clients are keyed
-// by their /64, which one host usually owns whole, so that cycling through
-// its addresses does not make a prober many clients.
-type clientLimiter struct {
+// keyedLimiter keeps a token bucket and a count of reviews in flight per
+// key: a client address (in front of the newcomers' lane) or an identity
+// (in front of the returning and access lanes). Addresses are the
+// connection's, not a header's (X-Forwarded-For is whatever the caller
+// writes). IPv6 clients are keyed by their /64, which one host usually
+// owns whole, so that cycling through its addresses does not make a prober
+// many clients (clientKey).
+type keyedLimiter struct {
 	clock     clock.PassiveClock
 	perSecond rate.Limit
 	burst     int
+	// inFlight bounds one key's reviews waiting for the API server, so
+	// that, with the API server slow, one key cannot hold all of a lane's.
+	inFlight int
 
 	mu sync.Mutex
-	// An idle client's bucket is full again after burst/perSecond, so
+	// An idle key's bucket is full again after burst/perSecond, so
 	// forgetting it after idleTTL changes nothing; the size bounds the
-	// memory a flood from many addresses can take. Evicting a bucket only
-	// ever gives its client a full one: the lane behind still bounds the
-	// total.
+	// memory a flood from many keys can take. Evicting a bucket only ever
+	// gives its key a full one: the lane behind still bounds the total.
 	buckets *cache.LRUExpireCache
+	waiting map[string]int // only keys with reviews in flight
 }
 
 const (
@@ -117,22 +131,63 @@ const (
 	idleTTL       = time.Minute
 )
 
-func newClientLimiter(c clock.PassiveClock, perSecond float64, burst int) *clientLimiter {
-	return &clientLimiter{clock: c, perSecond: rate.Limit(perSecond), burst: burst,
-		buckets: cache.NewLRUExpireCacheWithClock(clientBuckets, c)}
+func newKeyedLimiter(c clock.PassiveClock, perSecond float64, burst, inFlight int) *keyedLimiter {
+	return &keyedLimiter{clock: c, perSecond: rate.Limit(perSecond), burst: burst, inFlight: inFlight,
+		buckets: cache.NewLRUExpireCacheWithClock(clientBuckets, c), waiting: map[string]int{}}
 }
 
-func (c *clientLimiter) allow(remoteAddr string) bool {
-	key := clientKey(remoteAddr)
+// admit takes one review for key, or says which bound refused it. It
+// never waits, for the same reason as lane.admit.
+func (c *keyedLimiter) admit(key string) (release func(), reason string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.inFlight > 0 && c.waiting[key] >= c.inFlight {
+		return nil, metrics.AuthThrottledInFlight
+	}
 	l, ok := c.buckets.Get(key)
 	if !ok {
 		l = rate.NewLimiter(c.perSecond, c.burst)
 	}
 	// Added again each time: the entry expires idleTTL after last use.
 	c.buckets.Add(key, l, idleTTL)
-	return l.(*rate.Limiter).AllowN(c.clock.Now(), 1)
+	if !l.(*rate.Limiter).AllowN(c.clock.Now(), 1) {
+		return nil, metrics.AuthThrottledRate
+	}
+	c.waiting[key]++
+	return func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.waiting[key]--; c.waiting[key] <= 0 {
+			delete(c.waiting, key)
+		}
+	}, ""
+}
+
+// allow is admit for a bucket alone: the per-address buckets bound how
+// often an address may ask, while the lane behind bounds reviews in
+// flight.
+func (c *keyedLimiter) allow(remoteAddr string) bool {
+	release, _ := c.admit(clientKey(remoteAddr))
+	if release == nil {
+		return false
+	}
+	release()
+	return true
+}
+
+// throttle takes a slot for one review of identity in l, the identity's
+// own bound first; release is nil if either refused, and reason says why.
+func throttle(id *keyedLimiter, identity string, l *lane) (release func(), reason string) {
+	releaseID, _ := id.admit(identity)
+	if releaseID == nil {
+		return nil, metrics.AuthThrottledIdentity
+	}
+	releaseLane, reason := l.admit()
+	if releaseLane == nil {
+		releaseID()
+		return nil, reason
+	}
+	return func() { releaseLane(); releaseID() }, ""
 }
 
 // clientKey is the address's IP, or its /64 for IPv6; the whole string if

@@ -46,7 +46,8 @@ func (f *Filter) authenticate(ctx context.Context, token, remoteAddr string) (*a
 		return user, nil
 	}
 	l := f.newcomers
-	if _, known := f.knownTokens.Get(key); known {
+	identity, known := f.knownTokens.Get(key)
+	if known {
 		l = f.returning
 	}
 	// ran: this request sent the review (or found its answer); the
@@ -60,14 +61,20 @@ func (f *Filter) authenticate(ctx context.Context, token, remoteAddr string) (*a
 			metrics.RecordAuthReused(metrics.AuthTokenReview, "cache")
 			return user, nil
 		}
-		// Only the newcomers have per-address buckets: a returning token
-		// was accepted recently, and its reviews are bounded by the
-		// cache (one a minute per token), not by where it comes from.
-		if l == f.newcomers && !f.clients.allow(remoteAddr) {
-			metrics.RecordAuthThrottled(metrics.AuthTokenReview, l.name, metrics.AuthThrottledClient)
-			return nil, &throttledError{lane: l.name, reason: metrics.AuthThrottledClient}
+		// A newcomer is bounded by where it comes from; a returning
+		// token by whose it is: an identity with many tokens of its own
+		// spends its own share of the returning lane.
+		var release func()
+		var reason string
+		if l == f.newcomers {
+			if !f.clients.allow(remoteAddr) {
+				metrics.RecordAuthThrottled(metrics.AuthTokenReview, l.name, metrics.AuthThrottledClient)
+				return nil, &throttledError{lane: l.name, reason: metrics.AuthThrottledClient}
+			}
+			release, reason = l.admit()
+		} else {
+			release, reason = throttle(f.returningIDs, identity.(string), l)
 		}
-		release, reason := l.admit()
 		if release == nil {
 			metrics.RecordAuthThrottled(metrics.AuthTokenReview, l.name, reason)
 			return nil, &throttledError{lane: l.name, reason: reason}
@@ -95,7 +102,7 @@ func (f *Filter) authenticate(ctx context.Context, token, remoteAddr string) (*a
 		metrics.RecordAuthReview(metrics.AuthTokenReview, l.name, resultAllowed)
 		user := review.Status.User
 		f.acceptedTokens.Add(key, &user, allowTTL)
-		f.knownTokens.Add(key, struct{}{}, knownTTL)
+		f.knownTokens.Add(key, user.Username, knownTTL)
 		return &user, nil
 	})
 	if !ran {
@@ -120,8 +127,8 @@ func (f *Filter) cachedUser(key [sha256.Size]byte) (user *authenticationv1.UserI
 }
 
 // authorize asks whether user may use verb on the non-resource URL path.
-// Only users the API server accepted get here, so these reviews always go
-// through the returning lane.
+// Only users the API server accepted get here; their reviews go through
+// the access lane, each identity within its own share of it.
 func (f *Filter) authorize(ctx context.Context, user *authenticationv1.UserInfo, verb, path string) (decision, error) {
 	// fmt prints maps sorted by key, so equal extras give equal keys.
 	key := strings.Join([]string{user.UID, user.Username, strings.Join(user.Groups, ","), fmt.Sprint(user.Extra), verb, path}, "\x00")
@@ -129,7 +136,7 @@ func (f *Filter) authorize(ctx context.Context, user *authenticationv1.UserInfo,
 		metrics.RecordAuthReused(metrics.AuthAccessReview, "cache")
 		return d, nil
 	}
-	l := f.returning
+	l := f.access
 	// ran: this request sent the review (or found its answer); the
 	// others waiting on it share that.
 	ran := false
@@ -139,7 +146,7 @@ func (f *Filter) authorize(ctx context.Context, user *authenticationv1.UserInfo,
 			metrics.RecordAuthReused(metrics.AuthAccessReview, "cache")
 			return d, nil
 		}
-		release, reason := l.admit()
+		release, reason := throttle(f.accessIDs, user.Username, l)
 		if release == nil {
 			metrics.RecordAuthThrottled(metrics.AuthAccessReview, l.name, reason)
 			return nil, &throttledError{lane: l.name, reason: reason}

@@ -37,16 +37,19 @@ const (
 	// AuthThrottledInFlight: the lane has its maximum of reviews waiting
 	// for the API server.
 	AuthThrottledInFlight = "in_flight"
+	// AuthThrottledIdentity: the caller's identity spent its own bucket, or
+	// has its maximum of reviews in flight (returning and access lanes).
+	AuthThrottledIdentity = "identity"
 )
 
 var (
 	authReviews = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "bar_controller_metrics_auth_reviews_total",
-		Help: "Reviews the metrics endpoint sent to the API server, by review (token, access), lane (newcomers, returning) and result (allowed, denied, error).",
+		Help: "Reviews the metrics endpoint sent to the API server, by review (token, access), lane (newcomers, returning, access) and result (allowed, denied, error).",
 	}, []string{"review", "lane", "result"})
 	authThrottled = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "bar_controller_metrics_auth_throttled_total",
-		Help: "Requests to the metrics endpoint answered 429 instead of sending a review, by review, lane and reason (client_rate, rate, in_flight).",
+		Help: "Requests to the metrics endpoint answered 429 instead of sending a review, by review, lane (newcomers, returning, access) and reason (client_rate, identity, rate, in_flight).",
 	}, []string{"review", "lane", "reason"})
 	authReused = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "bar_controller_metrics_auth_reused_total",
