@@ -83,6 +83,12 @@ func newAdaptiveSlots(logger klog.Logger, ceiling int) *adaptiveSlots {
 	s := &adaptiveSlots{}
 	s.Limiter = adaptive.New(adaptive.Config{
 		Min: minConcurrency, Max: ceiling, Initial: initialConcurrency,
+		// What the syncs and their Event writes write, in the slots.
+		// Every client main builds from the configuration Transport
+		// wraps carries it, the metrics endpoint's reviews and the
+		// webhook certificate keeper's writes too: their answers are no
+		// measure of the syncs' cost.
+		Resources: []string{"deployments", "bars", "events"},
 		OnChange: func(c adaptive.Change) {
 			metrics.RecordConcurrencyChange(c.Reason, c.To)
 			logger.V(2).Info("Concurrency limit changed", "from", c.From, "to", c.To, "reason", c.Reason,

@@ -79,6 +79,15 @@ type Config struct {
 	// OnChange, if set, is called (without the Limiter's lock) after each
 	// change of the whole-number limit.
 	OnChange func(Change)
+	// Resources, if set, are the only resources whose writes Transport
+	// observes ("deployments", "bars", "events": the last path segment
+	// before a name, without group or version). The limit bounds the
+	// work in its slots; a write that holds none, such as a TokenReview
+	// for the metrics endpoint or the webhook certificate keeper's
+	// Secret update, sent by a client built from the same configuration,
+	// says nothing about that work's cost, and a 429 on it must not halve
+	// the limit.
+	Resources []string
 }
 
 // Change is one change of the limit, and the window that caused it.

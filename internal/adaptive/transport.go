@@ -30,10 +30,14 @@ import (
 // Only writes are observed: the controller reads from its caches, and the
 // reads a process does make (the informers' watches, which last minutes
 // by design, a discovery request) say nothing about how fast a write is
-// answered.
+// answered. With Config.Resources, only writes to those resources are.
 func (l *Limiter) Transport(rt http.RoundTripper) http.RoundTripper {
+	observed := map[string]bool{}
+	for _, r := range l.cfg.Resources {
+		observed[r] = true
+	}
 	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
-		if req.Method == http.MethodGet {
+		if req.Method == http.MethodGet || (len(observed) > 0 && !observed[resource(req.URL.Path)]) {
 			return rt.RoundTrip(req)
 		}
 		sent := l.now()
@@ -53,20 +57,9 @@ func (l *Limiter) Transport(rt http.RoundTripper) http.RoundTripper {
 // deployments", "PATCH bars/status", "POST events". Requests of one kind
 // cost the API server alike, so each kind has its own baseline.
 func Kind(method, path string) string {
-	// /api/v1/namespaces/NS/RESOURCE[/NAME[/SUBRESOURCE]],
-	// /apis/GROUP/VERSION/namespaces/NS/RESOURCE[/NAME[/SUBRESOURCE]],
-	// and the same without namespaces/NS for cluster-scoped resources.
-	parts := strings.Split(strings.Trim(path, "/"), "/")
-	switch {
-	case len(parts) >= 2 && parts[0] == "api":
-		parts = parts[2:]
-	case len(parts) >= 3 && parts[0] == "apis":
-		parts = parts[3:]
-	default:
+	parts, ok := resourceParts(path)
+	if !ok {
 		return method + " " + path
-	}
-	if len(parts) >= 3 && parts[0] == "namespaces" {
-		parts = parts[2:]
 	}
 	switch len(parts) {
 	case 0:
@@ -76,6 +69,33 @@ func Kind(method, path string) string {
 	default:
 		return method + " " + parts[0] + "/" + parts[2]
 	}
+}
+
+// resourceParts is RESOURCE[/NAME[/SUBRESOURCE]] of an API path:
+// /api/v1/namespaces/NS/..., /apis/GROUP/VERSION/namespaces/NS/..., and
+// the same without namespaces/NS for cluster-scoped resources.
+func resourceParts(path string) ([]string, bool) {
+	parts := strings.Split(strings.Trim(path, "/"), "/")
+	switch {
+	case len(parts) >= 2 && parts[0] == "api":
+		parts = parts[2:]
+	case len(parts) >= 3 && parts[0] == "apis":
+		parts = parts[3:]
+	default:
+		return nil, false
+	}
+	if len(parts) >= 3 && parts[0] == "namespaces" {
+		parts = parts[2:]
+	}
+	return parts, true
+}
+
+// resource is the resource an API path names, "" for none.
+func resource(path string) string {
+	if parts, ok := resourceParts(path); ok && len(parts) > 0 {
+		return parts[0]
+	}
+	return ""
 }
 
 type roundTripperFunc func(*http.Request) (*http.Response, error)
