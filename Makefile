@@ -164,3 +164,23 @@ image-tar: ## Build the container image as an OCI archive, _output/image/bar-con
 .PHONY: image
 image: ## Build the container image (needs a Docker engine).
 	docker build --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) -t $(IMAGE) .
+
+# A release of the commit HEAD (never uncommitted edits: hack/release
+# builds from git archive), with no Docker engine: the static binary for
+# linux/amd64 and linux/arm64 (-trimpath, -buildvcs=false, stamped by -X),
+# each platform's image as image-tar builds it, one OCI image index over
+# them, stamped with the commit's time so that a rebuild gives the same
+# digests. REGISTRY=host/repo pushes the index there, tagged VERSION
+# (credentials from the Docker config, as crane's); without it the index
+# is an OCI layout in _output/release/oci, and install.yaml names REPO
+# (default REGISTRY, else bar-controller). kubectl renders the manifests,
+# as the real-cluster tests render artifacts/.
+REGISTRY ?=
+REPO ?=
+RELEASE_DIR := _output/release
+
+.PHONY: release
+release: ## Build release VERSION=vX.Y.Z of HEAD, no Docker: the image index for linux/amd64+arm64 pushed to REGISTRY=host/repo or written as an OCI layout, install.yaml and install-namespaced.yaml by digest, SPDX SBOMs, SHA256SUMS, release notes, in _output/release/.
+	rm -rf $(RELEASE_DIR)
+	kube_bin_dir="$$(hack/install-k8s-binaries.sh kubectl | tail -n 1)" && \
+	go run ./hack/release --version=$(VERSION) --registry=$(REGISTRY) --repo=$(REPO) --out=$(RELEASE_DIR) --kubectl="$$kube_bin_dir/kubectl"

@@ -1,0 +1,115 @@
+/*
+Copyright The bar-controller Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+)
+
+// manifest is one rendered install: a kustomization in artifacts/ and the
+// file it becomes.
+type manifest struct {
+	base, file, apply string
+}
+
+// manifests are what a release ships to apply. install.yaml is
+// artifacts/, the CRD and the controller (what kubectl apply -k artifacts/
+// applies); install-namespaced.yaml is the namespaced overlay, which
+// leaves out the cluster-wide CRD by design (artifacts/namespaced says
+// why), so it is applied after install.yaml's CRD or a CRD of its own.
+var manifests = []manifest{
+	{base: "", file: "install.yaml", apply: "kubectl apply --server-side -f install.yaml"},
+	{base: "namespaced", file: "install-namespaced.yaml", apply: "kubectl apply --server-side -f install-namespaced.yaml  # after the CRD; see artifacts/namespaced"},
+}
+
+// imageLine is an image a rendered manifest runs.
+var imageLine = regexp.MustCompile(`(?m)^\s*(?:-\s+)?image:\s*(\S+)\s*$`)
+
+// renderManifests renders each manifest the way the project's tests apply
+// artifacts/ (test/node): an overlay whose only change is the image, here
+// the repository and the index's digest, rendered by kubectl kustomize, so
+// that what a release ships is what the real-cluster tests applied. A
+// digest rather than the tag: a tag can be moved, and every node of a
+// cluster must run the same bytes as the index that was built, signed and
+// described by the SBOM.
+func renderManifests(ctx context.Context, kubectl, artifacts, out, repo string, digest v1.Hash) error {
+	ref := repo + "@" + digest.String()
+	for _, m := range manifests {
+		overlay, err := os.MkdirTemp("", "release-overlay-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(overlay)
+		// kustomize takes a base by a relative path only.
+		base, err := filepath.Rel(overlay, filepath.Join(artifacts, m.base))
+		if err != nil {
+			return err
+		}
+		kustomization := fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+- %s
+images:
+- name: bar-controller
+  newName: %s
+  digest: %s
+`, base, repo, digest)
+		if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(kustomization), 0o644); err != nil {
+			return err
+		}
+		cmd := exec.CommandContext(ctx, kubectl, "kustomize", overlay)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		rendered, err := cmd.Output()
+		if err != nil {
+			return fmt.Errorf("kubectl kustomize %s: %v: %s", m.base, err, stderr.Bytes())
+		}
+		if err := pinnedTo(rendered, ref); err != nil {
+			return fmt.Errorf("%s: %w", m.file, err)
+		}
+		header := fmt.Sprintf("# bar-controller, rendered from artifacts/%s; the image by digest.\n#   %s\n---\n", m.base, m.apply)
+		if err := os.WriteFile(filepath.Join(out, m.file), append([]byte(header), rendered...), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// pinnedTo fails unless every image the manifests run is ref: an image
+// left out of the kustomization's images (a new container, an init
+// container) would otherwise ship by tag, or as bar-controller:dev, which
+// exists nowhere.
+func pinnedTo(rendered []byte, ref string) error {
+	found := imageLine.FindAllSubmatch(rendered, -1)
+	if len(found) == 0 {
+		return fmt.Errorf("no image in the rendered manifests")
+	}
+	for _, m := range found {
+		if string(m[1]) != ref {
+			return fmt.Errorf("image %s is not the release's %s", m[1], ref)
+		}
+	}
+	return nil
+}

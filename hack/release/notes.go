@@ -1,0 +1,131 @@
+/*
+Copyright The bar-controller Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// previousTag is the newest release tag (by version) the commit contains,
+// other than the one being released: what the notes count changes from.
+// By version rather than by date: a tag made later on an older commit (a
+// patch release of an older line) is not the previous release of this
+// one's line. Empty when there is none.
+func previousTag(ctx context.Context, root, commit, version string) (string, error) {
+	out, err := exec.CommandContext(ctx, "git", "-C", root, "tag", "--list", "--merged", commit, "--sort=-v:refname").Output()
+	if err != nil {
+		return "", fmt.Errorf("git tag --merged %s: %w", commit, err)
+	}
+	for tag := range strings.FieldsSeq(string(out)) {
+		if tag != version && versionPattern.MatchString(tag) {
+			return tag, nil
+		}
+	}
+	return "", nil
+}
+
+// writeNotes writes RELEASE_NOTES.md: what the release is (commit, image by
+// digest, one digest per platform), how to install and verify it, and the
+// subjects of the commits since the previous tag, all of them when there
+// is no tag yet. Only git's record goes in, no clock: the notes are
+// reproducible like the rest.
+func writeNotes(ctx context.Context, c config, res *result) error {
+	prev, err := previousTag(ctx, c.root, res.commit, c.version)
+	if err != nil {
+		return err
+	}
+	rev := res.commit
+	if prev != "" {
+		rev = prev + ".." + res.commit
+	}
+	// Full hashes, shortened here: git's %h grows with the objects a
+	// clone happens to hold and with core.abbrev, and the notes must be
+	// the same in every clone.
+	out, err := exec.CommandContext(ctx, "git", "-C", c.root, "log", "--no-merges", "--format=%H %s", rev).Output()
+	if err != nil {
+		return fmt.Errorf("git log %s: %w", rev, err)
+	}
+	var log bytes.Buffer
+	changes := 0
+	for line := range strings.Lines(string(out)) {
+		fmt.Fprintf(&log, "- %s %s", line[:12], line[41:])
+		changes++
+	}
+
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "# bar-controller %s\n\n", c.version)
+	fmt.Fprintf(&b, "Commit %s (%s), built with %s.\n\n", res.commit, res.created.Format(time.RFC3339), res.goVersion)
+	fmt.Fprintf(&b, "## Image\n\n    %s\n\n| platform | image |\n| --- | --- |\n", res.ref)
+	for _, p := range c.platforms {
+		fmt.Fprintf(&b, "| %s | %s |\n", p, res.images[p])
+	}
+	b.WriteString("\n## Install\n\n")
+	b.WriteString("    kubectl apply --server-side -f install.yaml\n")
+	b.WriteString("    kubectl -n bar-controller rollout status deployment/bar-controller\n\n")
+	b.WriteString("`install.yaml` is the CRD and the controller (`artifacts/`); `install-namespaced.yaml` ")
+	b.WriteString("confines the controller to one namespace and holds no CRD: apply the CRD first ")
+	b.WriteString("(`artifacts/namespaced/kustomization.yaml` says how to point its webhook there).\n\n")
+	b.WriteString("## Verify\n\n    sha256sum -c SHA256SUMS\n\n")
+	fmt.Fprintf(&b, "The image's digest in a registry (`crane digest %s:%s`) must be `%s`; ", c.repo, c.version, res.index)
+	b.WriteString("each `bar-controller-linux-*.spdx.json` is the SPDX SBOM of the binary of that name, ")
+	b.WriteString("the one its platform's image holds.\n\n")
+	if prev != "" {
+		fmt.Fprintf(&b, "## Changes since %s (%d commits)\n\n", prev, changes)
+	} else {
+		fmt.Fprintf(&b, "## Changes (all %d commits: there is no earlier release tag)\n\n", changes)
+	}
+	b.Write(log.Bytes())
+	return os.WriteFile(filepath.Join(c.out, "RELEASE_NOTES.md"), b.Bytes(), 0o644)
+}
+
+// writeSums writes SHA256SUMS over the bundle's files, in sha256sum's own
+// format, so that sha256sum -c checks a download. The OCI layout is not
+// listed: it is content-addressed already, and image.txt names its digest.
+func writeSums(dir string) error {
+	entries, err := os.ReadDir(dir) // sorted by name
+	if err != nil {
+		return err
+	}
+	var b bytes.Buffer
+	for _, e := range entries {
+		if !e.Type().IsRegular() || e.Name() == "SHA256SUMS" {
+			continue
+		}
+		f, err := os.Open(filepath.Join(dir, e.Name()))
+		if err != nil {
+			return err
+		}
+		h := sha256.New()
+		_, err = io.Copy(h, f)
+		f.Close()
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(&b, "%s  %s\n", hex.EncodeToString(h.Sum(nil)), e.Name())
+	}
+	return os.WriteFile(filepath.Join(dir, "SHA256SUMS"), b.Bytes(), 0o644)
+}
