@@ -25,7 +25,8 @@ limitations under the License.
 //   - install.yaml and install-namespaced.yaml, artifacts/ and
 //     artifacts/namespaced rendered with kubectl kustomize and naming the
 //     image by the index's digest;
-//   - an SPDX SBOM of each binary's modules, release notes from the
+//   - an SPDX SBOM of each binary's modules, attached in the registry to
+//     the image holding the binary (attach.go), release notes from the
 //     commits since the last tag, and SHA256SUMS over the bundle.
 //
 // Everything is a function of the commit: the binaries are built with
@@ -190,6 +191,11 @@ func run(ctx context.Context, c config) (*result, error) {
 	}
 	for _, b := range binaries {
 		if err := writeSBOM(b, c.version, res.created); err != nil {
+			return nil, err
+		}
+	}
+	if c.registry != "" {
+		if err := attachSBOMs(ctx, c, idx, binaries, res.created); err != nil {
 			return nil, err
 		}
 	}

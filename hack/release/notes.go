@@ -92,7 +92,11 @@ func writeNotes(ctx context.Context, c config, res *result) error {
 	b.WriteString("## Verify\n\n    sha256sum -c SHA256SUMS\n\n")
 	fmt.Fprintf(&b, "The image's digest in a registry (`crane digest %s:%s`) must be `%s`; ", c.repo, c.version, res.index)
 	b.WriteString("each `bar-controller-linux-*.spdx.json` is the SPDX SBOM of the binary of that name, ")
-	b.WriteString("the one its platform's image holds.\n\n")
+	b.WriteString("the one its platform's image holds")
+	if c.registry != "" {
+		fmt.Fprintf(&b, "; in the registry each is attached to its image as an OCI artifact of type `%s` (`oras discover %s@<image digest>`)", sbomMediaType, c.registry)
+	}
+	b.WriteString(".\n\n")
 	if prev != "" {
 		fmt.Fprintf(&b, "## Changes since %s (%d commits)\n\n", prev, changes)
 	} else {

@@ -18,6 +18,9 @@ package main
 
 import (
 	"bytes"
+	"fmt"
+	"io"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -120,34 +123,54 @@ func TestPinnedTo(t *testing.T) {
 }
 
 // TestPublishPushesTheIndex pushes to a registry on loopback (the
-// go-containerregistry registry in this process) and reads the tag back:
-// the registry serves the index with the digest computed before the push,
-// the digest install.yaml names, and each platform's image under it.
+// go-containerregistry registry in this process) and reads it back: the
+// registry serves the index with the digest computed before the push, the
+// digest install.yaml names, each platform's image under it, and each
+// image's SBOM as its referrer, whether the registry has the referrers API
+// or only the fallback tag.
 func TestPublishPushesTheIndex(t *testing.T) {
-	srv := httptest.NewServer(registry.New())
+	for _, referrersAPI := range []bool{true, false} {
+		t.Run(fmt.Sprintf("referrersAPI=%v", referrersAPI), func(t *testing.T) {
+			testPublish(t, registry.New(registry.WithReferrersSupport(referrersAPI)))
+		})
+	}
+}
+
+func testPublish(t *testing.T, reg http.Handler) {
+	srv := httptest.NewServer(reg)
 	defer srv.Close()
 	repo := strings.TrimPrefix(srv.URL, "http://") + "/bar-controller"
+	c := config{registry: repo, repo: repo, version: "v1.2.3"}
 
 	var imgs []v1.Image
+	var binaries []binary
 	for _, arch := range []string{"amd64", "arm64"} {
-		bin := filepath.Join(t.TempDir(), "bar-controller")
-		if err := os.WriteFile(bin, []byte("\x7fELF "+arch), 0o755); err != nil {
+		b := binary{platform: "linux/" + arch, arch: arch, path: filepath.Join(t.TempDir(), "bar-controller-linux-"+arch)}
+		if err := os.WriteFile(b.path, []byte("\x7fELF "+arch), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		img, err := image.Build(image.Controller(bin, arch))
+		if err := os.WriteFile(b.path+".spdx.json", []byte(`{"name":"`+arch+`"}`), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		img, err := image.Build(image.Controller(b.path, arch))
 		if err != nil {
 			t.Fatal(err)
 		}
 		imgs = append(imgs, img)
+		binaries = append(binaries, b)
 	}
 	idx, err := image.Index(imgs, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want, _ := idx.Digest()
-	if err := publish(t.Context(), idx, config{registry: repo, repo: repo, version: "v1.2.3"}); err != nil {
+	if err := publish(t.Context(), idx, c); err != nil {
 		t.Fatal(err)
 	}
+	if err := attachSBOMs(t.Context(), c, idx, binaries, time.Unix(1700000000, 0)); err != nil {
+		t.Fatal(err)
+	}
+
 	tag, err := name.NewTag(repo + ":v1.2.3")
 	if err != nil {
 		t.Fatal(err)
@@ -170,6 +193,40 @@ func TestPublishPushesTheIndex(t *testing.T) {
 		}
 		if got, _ := img.Digest(); got != d.Digest {
 			t.Errorf("image %d: %s, listed as %s", i, got, d.Digest)
+		}
+		refs, err := remote.Referrers(tag.Context().Digest(d.Digest.String()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rm, err := refs.IndexManifest()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rm.Manifests) != 1 {
+			t.Fatalf("%s has referrers %+v, want its SBOM", d.Platform, rm.Manifests)
+		}
+		// The artifact type from the manifest itself: this registry's
+		// referrers API reports the config's media type instead, which
+		// the OCI spec says only for a manifest without artifactType.
+		art, err := remote.Image(tag.Context().Digest(rm.Manifests[0].Digest.String()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if am, err := art.Manifest(); err != nil || am.ArtifactType != sbomMediaType || am.Subject == nil || am.Subject.Digest != d.Digest {
+			t.Fatalf("the referrer of %s: %+v, %v; want an SBOM artifact whose subject is the image", d.Platform, am, err)
+		}
+		layers, err := art.Layers()
+		if err != nil || len(layers) != 1 {
+			t.Fatalf("the SBOM artifact has layers %v, %v", layers, err)
+		}
+		rc, err := layers[0].Compressed()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := io.ReadAll(rc)
+		rc.Close()
+		if wantSBOM := `{"name":"` + d.Platform.Architecture + `"}`; string(got) != wantSBOM {
+			t.Errorf("the SBOM attached to the %s image is %s, want %s", d.Platform.Architecture, got, wantSBOM)
 		}
 	}
 }

@@ -1,0 +1,134 @@
+/*
+Copyright The bar-controller Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/partial"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/static"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+)
+
+// sbomMediaType is SPDX JSON's registered media type, and the artifact
+// type a registry's referrers API filters SBOMs by.
+const sbomMediaType = "application/spdx+json"
+
+// emptyJSON is the OCI empty descriptor's content, the config of an
+// artifact that has nothing to configure.
+var emptyJSON = []byte("{}")
+
+// attachSBOMs pushes each binary's SBOM to c.registry as an OCI 1.1
+// artifact whose subject is the image holding that binary (not the
+// index: the arm64 SBOM describes the arm64 image's bytes only). A
+// registry with the referrers API lists them under the image's digest;
+// for one without it, go-containerregistry keeps the OCI fallback tag
+// (sha256-<digest>) up to date, which oras and crane read too. The
+// artifacts carry only the commit's time, so that a rebuild pushes the
+// same digests again.
+func attachSBOMs(ctx context.Context, c config, idx v1.ImageIndex, binaries []binary, created time.Time) error {
+	m, err := idx.IndexManifest()
+	if err != nil {
+		return err
+	}
+	if len(m.Manifests) != len(binaries) {
+		return fmt.Errorf("the index lists %d images for %d binaries", len(m.Manifests), len(binaries))
+	}
+	repo, err := name.NewRepository(c.registry)
+	if err != nil {
+		return err
+	}
+	for i, b := range binaries {
+		sbom, err := os.ReadFile(b.path + ".spdx.json")
+		if err != nil {
+			return err
+		}
+		image := m.Manifests[i]
+		subject := v1.Descriptor{MediaType: image.MediaType, Digest: image.Digest, Size: image.Size}
+		art, err := newArtifact(sbom, filepath.Base(b.path)+".spdx.json", subject, created)
+		if err != nil {
+			return err
+		}
+		digest, err := art.Digest()
+		if err != nil {
+			return err
+		}
+		if err := remote.Write(repo.Digest(digest.String()), art, remote.WithContext(ctx), remote.WithAuthFromKeychain(authn.DefaultKeychain)); err != nil {
+			return fmt.Errorf("attaching the %s SBOM to %s: %w", b.platform, image.Digest, err)
+		}
+	}
+	return nil
+}
+
+// artifact is an OCI 1.1 artifact manifest with one blob: the parts
+// go-containerregistry needs to push it as an image (partial fills in the
+// rest). Built by hand because an image's config is a config file, and an
+// artifact's is the two bytes "{}".
+type artifact struct {
+	manifest []byte
+	blob     v1.Layer
+}
+
+func newArtifact(content []byte, title string, subject v1.Descriptor, created time.Time) (v1.Image, error) {
+	blob := static.NewLayer(content, sbomMediaType)
+	blobDigest, err := blob.Digest()
+	if err != nil {
+		return nil, err
+	}
+	emptyDigest, _, err := v1.SHA256(bytes.NewReader(emptyJSON))
+	if err != nil {
+		return nil, err
+	}
+	manifest, err := json.Marshal(v1.Manifest{
+		SchemaVersion: 2,
+		MediaType:     types.OCIManifestSchema1,
+		ArtifactType:  sbomMediaType,
+		Config:        v1.Descriptor{MediaType: types.OCIEmptyJSON, Digest: emptyDigest, Size: int64(len(emptyJSON)), Data: emptyJSON},
+		Layers: []v1.Descriptor{{
+			MediaType:   sbomMediaType,
+			Digest:      blobDigest,
+			Size:        int64(len(content)),
+			Annotations: map[string]string{"org.opencontainers.image.title": title},
+		}},
+		Subject:     &subject,
+		Annotations: map[string]string{"org.opencontainers.image.created": created.UTC().Format(time.RFC3339)},
+	})
+	if err != nil {
+		return nil, err
+	}
+	return partial.CompressedToImage(&artifact{manifest: manifest, blob: blob})
+}
+
+func (a *artifact) RawConfigFile() ([]byte, error)      { return emptyJSON, nil }
+func (a *artifact) MediaType() (types.MediaType, error) { return types.OCIManifestSchema1, nil }
+func (a *artifact) RawManifest() ([]byte, error)        { return a.manifest, nil }
+func (a *artifact) LayerByDigest(h v1.Hash) (partial.CompressedLayer, error) {
+	if d, err := a.blob.Digest(); err == nil && d == h {
+		return a.blob, nil
+	}
+	return nil, fmt.Errorf("the artifact has no blob %s", h)
+}
