@@ -93,10 +93,15 @@ func Run(ctx context.Context, client kubernetes.Interface, opts Options,
 	// signal: a standby leaves at once; a leader only after its work ends.
 	// Deciding both under one lock closes the window in which a signal and
 	// winning the election cross, and the lease would go while work starts.
+	//
+	// workEnded says work returned by itself, with its context still
+	// live: a failure of its own (caches that never synced), reported as
+	// itself. Without it, the elector's end that follows (stopElector
+	// below) would look like a lost Lease.
 	var (
-		mu                sync.Mutex
-		leading, stopping bool
-		lost              atomic.Bool
+		mu                           sync.Mutex
+		leading, stopping, workEnded bool
+		lost                         atomic.Bool
 	)
 	workDone := make(chan error, 1)
 	defer context.AfterFunc(ctx, func() {
@@ -134,16 +139,23 @@ func Run(ctx context.Context, client kubernetes.Interface, opts Options,
 				defer lose()
 				lock.lead(func(reason string) {
 					logger.Info("Lost the lease: stopping every write at once", "reason", reason)
+					lost.Store(true)
 					lose()
 				})
 				defer lock.stop()
-				workDone <- work(workCtx, ctx)
+				err := work(workCtx, ctx)
+				mu.Lock()
+				workEnded = workCtx.Err() == nil
+				mu.Unlock()
+				workDone <- err
 				stopElector() // work is done: now release the lease
 			},
 			OnStoppedLeading: func() {
 				mu.Lock()
 				defer mu.Unlock()
-				if leading && !stopping {
+				// The elector gave up the Lease while work still ran: its
+				// renewals failed.
+				if leading && !stopping && !workEnded {
 					lost.Store(true)
 				}
 			},
