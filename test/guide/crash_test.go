@@ -30,11 +30,31 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
-// childLife is how long a child that should die lives if it does not:
-// three of the mutation detector's one-second comparison periods
-// (cacheMutationDetector's period in tools/cache/mutation_detector.go);
-// the handler's panic and the inconsistency come at once.
-const childLife = 3 * time.Second
+// childLife is how long a child lives if nothing ends it: long enough,
+// in the runs that expect no death, for three of the mutation detector's
+// one-second comparisons (cacheMutationDetector's period in
+// tools/cache/mutation_detector.go). A run that expects a death gives
+// the child dyingChildLife instead (childLifeEnv), so that a slow
+// machine cannot turn a late death into "still alive": the deaths come
+// within one comparison period, and the wait costs nothing when they do.
+const (
+	childLife      = 3 * time.Second
+	dyingChildLife = 45 * time.Second // under runAsChild's one minute
+	childLifeEnv   = "GUIDE_CHILD_LIFE"
+)
+
+// live keeps a child alive for its life, then says so.
+func live() {
+	life := childLife
+	if d, err := time.ParseDuration(os.Getenv(childLifeEnv)); err == nil {
+		life = d
+	}
+	time.Sleep(life)
+	os.Stdout.WriteString("still alive\n")
+}
+
+// dying is the environment of a child expected to die.
+var dying = childLifeEnv + "=" + dyingChildLife.String()
 
 // The children: bodies that end their process, each run by a test in a
 // re-executed test binary (runAsChild).
@@ -44,8 +64,7 @@ func init() {
 		inf := cache.NewSharedIndexInformer(s.lw(), &corev1.ConfigMap{}, 0, cache.Indexers{})
 		_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: func(interface{}) { panic("handler bug") }})
 		go inf.Run(make(chan struct{}))
-		time.Sleep(childLife)
-		os.Stdout.WriteString("still alive\n")
+		live()
 	}
 	children["cache-mutation"] = func() {
 		s := newFakeServer("a")
@@ -54,8 +73,7 @@ func init() {
 			obj.(*corev1.ConfigMap).Data["v"] = "written by a handler"
 		}})
 		go inf.Run(make(chan struct{}))
-		time.Sleep(childLife)
-		os.Stdout.WriteString("still alive\n")
+		live()
 	}
 	children["watchlist-inconsistent"] = func() {
 		// A ListerWatcher that streams one object, and lists two: what
@@ -78,8 +96,7 @@ func init() {
 		}
 		inf := cache.NewSharedIndexInformer(lw, &corev1.ConfigMap{}, 0, cache.Indexers{})
 		go inf.RunWithContext(context.Background())
-		time.Sleep(childLife)
-		os.Stdout.WriteString("still alive\n")
+		live()
 	}
 }
 
@@ -89,7 +106,7 @@ func init() {
 // `utilruntime.ReallyCrash` is true, its default.
 func TestHandlerPanicCrashesTheProcess(t *testing.T) {
 	t.Parallel()
-	out, code := runAsChild(t, "handler-panic")
+	out, code := runAsChild(t, "handler-panic", dying)
 	if code != 2 || !strings.Contains(out, "Observed a panic") || !strings.Contains(out, "panic: handler bug") || strings.Contains(out, "still alive") {
 		t.Errorf("exit code %d, want 2 (a panic) with the handler's panic logged; output:\n%s", code, out)
 	}
@@ -102,7 +119,7 @@ func TestHandlerPanicCrashesTheProcess(t *testing.T) {
 // hence the child process.
 func TestMutationDetectorPanicsOnAWrittenCacheObject(t *testing.T) {
 	t.Parallel()
-	out, code := runAsChild(t, "cache-mutation", "KUBE_CACHE_MUTATION_DETECTOR=true")
+	out, code := runAsChild(t, "cache-mutation", "KUBE_CACHE_MUTATION_DETECTOR=true", dying)
 	if code != 2 || !strings.Contains(out, "ALTERED") || strings.Contains(out, "still alive") {
 		t.Errorf("exit code %d, want 2 (a panic) after CACHE ... ALTERED; output:\n%s", code, out)
 	}
@@ -119,7 +136,7 @@ func TestMutationDetectorPanicsOnAWrittenCacheObject(t *testing.T) {
 // streamed objects differ from the listed ones.
 func TestWatchListInconsistencyDetectorPanics(t *testing.T) {
 	t.Parallel()
-	out, code := runAsChild(t, "watchlist-inconsistent", "KUBE_WATCHLIST_INCONSISTENCY_DETECTOR=true")
+	out, code := runAsChild(t, "watchlist-inconsistent", "KUBE_WATCHLIST_INCONSISTENCY_DETECTOR=true", dying)
 	if code != 2 || !strings.Contains(out, "data inconsistency detected") || strings.Contains(out, "still alive") {
 		t.Errorf("exit code %d, want 2 (a panic) naming the inconsistency; output:\n%s", code, out)
 	}

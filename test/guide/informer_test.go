@@ -38,27 +38,50 @@ import (
 // TestHandlerSeesWhatTheCacheHolds proves: `processDeltas` "adds the
 // Bar to the indexer ... and only then calls `sharedIndexInformer.OnAdd`:
 // a handler never sees an object the cache does not hold yet."
+//
+// The handler runs on its listener's goroutine, so merely looking up the
+// object from the handler could not catch the opposite order: the cache
+// write would usually win the race anyway. Instead the cache write
+// itself (an index function, which runs inside it) waits up to 200 ms
+// for the handler to be called. In the documented order it never is, and
+// the write ends first; notified before the write, the handler would be
+// called within those 200 ms and come first. The 200 ms bound only how
+// long the wrong order has to show itself; the right one passes whatever
+// the machine's speed.
 func TestHandlerSeesWhatTheCacheHolds(t *testing.T) {
 	t.Parallel()
 	s := newFakeServer()
-	var inf cache.SharedIndexInformer
+	handled := make(chan struct{})
 	var mu sync.Mutex
-	var seen []string
-	inf = startInformer(t, s, 0, cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj interface{}) {
-			_, cached, _ := inf.GetStore().Get(obj)
-			mu.Lock()
-			defer mu.Unlock()
-			seen = append(seen, obj.(*corev1.ConfigMap).Name+map[bool]string{true: " cached", false: " not cached"}[cached])
+	var order []string
+	note := func(what string) { mu.Lock(); defer mu.Unlock(); order = append(order, what) }
+	inf := cache.NewSharedIndexInformer(s.lw(), &corev1.ConfigMap{}, 0, cache.Indexers{
+		"probe": func(interface{}) ([]string, error) {
+			select {
+			case <-handled:
+			case <-time.After(200 * time.Millisecond):
+			}
+			note("cache written")
+			return nil, nil
 		},
 	})
+	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj interface{}) {
+			note("handler called")
+			close(handled)
+			if _, cached, _ := inf.GetStore().Get(obj); !cached {
+				t.Error("the handler's object is not in the cache")
+			}
+		},
+	})
+	must(t, err)
+	runInformer(t, inf)
 	s.set("a", "x", true)
-	s.set("b", "x", true)
-	waitFor(t, "two adds", func() bool { mu.Lock(); defer mu.Unlock(); return len(seen) == 2 })
+	waitFor(t, "the handler", func() bool { mu.Lock(); defer mu.Unlock(); return len(order) == 2 })
 	mu.Lock()
 	defer mu.Unlock()
-	if want := []string{"a cached", "b cached"}; !slices.Equal(seen, want) {
-		t.Errorf("handler saw %v, want %v", seen, want)
+	if want := []string{"cache written", "handler called"}; !slices.Equal(order, want) {
+		t.Errorf("got %v, want %v", order, want)
 	}
 }
 
@@ -175,7 +198,8 @@ func TestTransformAndIndexersAfterStart(t *testing.T) {
 // TestCachesPopulatedIsLoggedBeforeHasSynced proves: "Caches populated"
 // "is logged when the list is queued", and only `HasSynced` says it has
 // been applied: here the cache's index function holds the informer's
-// processing goroutine, so the list waits in the FIFO.
+// processing goroutine in the middle of applying the list it popped, so
+// the log line is out and HasSynced still false.
 func TestCachesPopulatedIsLoggedBeforeHasSynced(t *testing.T) {
 	t.Parallel()
 	s := newFakeServer("a")
@@ -256,7 +280,11 @@ func TestBookmarkMovesTheStoreWithoutAnEvent(t *testing.T) {
 	if inf.LastSyncResourceVersion() != "99" {
 		t.Errorf("informer at %q, want 99", inf.LastSyncResourceVersion())
 	}
-	if es := rec.take(); len(es) != 0 {
-		t.Errorf("a bookmark called the handler: %v", es)
+	// A barrier: the handler takes its notifications in order, so once it
+	// has the add of z it has had whatever the bookmark gave it.
+	s.set("z", "x", true)
+	waitFor(t, "the add of z", func() bool { return rec.len() > 0 })
+	if es := rec.take(); len(es) != 1 || es[0].Name != "z" {
+		t.Errorf("around a bookmark the handler got %v, want only the add of z", es)
 	}
 }

@@ -42,26 +42,44 @@ import (
 //
 // The waits are asked of the reflector's own delay function (its
 // unexported delayHandler, read by reflection: client-go exports no way
-// to see the default), on a fake clock, so no test waits them out.
+// to see the default), on a fake clock, so no test waits them out. A
+// wait is asked every second, as a reflector failing over and over
+// would: the reset still comes after 2 minutes, which a reset "after 2
+// minutes of health" would not do. That the jitter reaches into the
+// upper half of [base, 2·base) is checked over the 114 capped waits:
+// with jitter 1.0 all of them stay in the lower half with probability
+// 2^-114; without jitter, always.
 func TestReflectorBackoffBounds(t *testing.T) {
-	clock := clocktesting.NewFakeClock(time.Now())
+	start := time.Now()
+	clock := clocktesting.NewFakeClock(start)
 	r := cache.NewReflectorWithOptions(newFakeServer().lw(), &corev1.ConfigMap{}, cache.NewStore(cache.MetaNamespaceKeyFunc),
 		cache.ReflectorOptions{Clock: clock})
 	f := reflect.ValueOf(r).Elem().FieldByName("delayHandler")
 	delay := reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem().Interface().(wait.DelayFunc)
 
 	base := 800 * time.Millisecond
-	for i := range 60 {
+	upperHalf := 0
+	for i := 0; ; i++ {
 		d := delay()
+		if clock.Since(start) > 2*time.Minute {
+			// The first wait asked more than 2 minutes after the
+			// reflector was made: back to the start, failures or not.
+			if d < 800*time.Millisecond || d >= 1600*time.Millisecond {
+				t.Errorf("wait %d, %v after the last reset, is %v; want it back in [0.8s, 1.6s)", i+1, clock.Since(start), d)
+			}
+			break
+		}
 		if d < base || d >= 2*base {
 			t.Fatalf("wait %d is %v, want it in [%v, %v)", i+1, d, base, 2*base)
 		}
+		if base == 30*time.Second && d >= 45*time.Second {
+			upperHalf++
+		}
 		base = min(2*base, 30*time.Second)
-		clock.Step(time.Second) // a minute in all: no reset yet
+		clock.Step(time.Second)
 	}
-	clock.Step(2 * time.Minute)
-	if d := delay(); d < 800*time.Millisecond || d >= 1600*time.Millisecond {
-		t.Errorf("after 2 minutes without a reset the wait is %v, want it back in [0.8s, 1.6s)", d)
+	if upperHalf == 0 {
+		t.Error("no capped wait reached [45s, 60s): the waits are not jittered by up to the base")
 	}
 }
 
@@ -71,10 +89,12 @@ func TestReflectorBackoffBounds(t *testing.T) {
 func TestNormalWatchEndReopensWithoutRelist(t *testing.T) {
 	t.Parallel()
 	s := newFakeServer("a")
-	startInformer(t, s, 0)
-	s.set("b", "x", true) // b at 2; a watch with an event is not "very short"
-	waitFor(t, "b in the cache", func() bool { _, w := s.counts(); return w == 1 })
-	time.Sleep(50 * time.Millisecond)
+	inf := startInformer(t, s, 0)
+	// b at 2: the reflector's resourceVersion moves to 2, and a watch
+	// that delivered an event is not "very short" (which would end the
+	// round).
+	s.set("b", "x", true)
+	waitFor(t, "the reflector at 2", func() bool { return inf.LastSyncResourceVersion() == "2" })
 	s.closeWatches()
 	waitFor(t, "a second watch", func() bool { _, w := s.counts(); return w == 2 })
 	s.mu.Lock()
@@ -87,22 +107,36 @@ func TestNormalWatchEndReopensWithoutRelist(t *testing.T) {
 // TestTooManyRequestsRewatchesWithoutRelist proves: `(*Reflector).watch`
 // "opens the watch again, after a backoff and from
 // `LastSyncResourceVersion`, with no relist, when it could not be opened
-// because ... the server answered 429".
+// because ... the server answered 429 ..., and when it ended with a
+// 429".
 func TestTooManyRequestsRewatchesWithoutRelist(t *testing.T) {
 	t.Parallel()
 	s := newFakeServer("a")
-	startInformer(t, s, 0)
+	inf := startInformer(t, s, 0)
 	s.set("b", "x", true)
-	time.Sleep(50 * time.Millisecond)
+	waitFor(t, "the reflector at 2", func() bool { return inf.LastSyncResourceVersion() == "2" })
+
+	// The open watch ends with a 429.
+	s.sendEvent(watch.Event{Type: watch.Error, Object: &apierrors.NewTooManyRequests("slow down", 1).ErrStatus})
+	waitFor(t, "a watch after the 429 event", func() bool { _, w := s.counts(); return w == 2 })
+	// c at 3 on the second watch (again so that it is not "very short"),
+	// then it closes and the next one cannot be opened: 429 again.
+	s.set("c", "x", true)
+	waitFor(t, "the reflector at 3", func() bool { return inf.LastSyncResourceVersion() == "3" })
 	s.mu.Lock()
 	s.watchErr = apierrors.NewTooManyRequests("slow down", 1)
 	s.mu.Unlock()
 	s.closeWatches()
-	waitFor(t, "a watch after the 429", func() bool { _, w := s.counts(); return w == 3 })
+	waitFor(t, "a watch after the refused one", func() bool { _, w := s.counts(); return w == 4 })
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.lists) != 1 || s.watches[2].ResourceVersion != "2" {
-		t.Errorf("%d lists, third watch from %q; want 1 list and a watch from 2", len(s.lists), s.watches[2].ResourceVersion)
+	if len(s.lists) != 1 {
+		t.Errorf("%d lists, want 1: a 429 is no reason to relist", len(s.lists))
+	}
+	for i, want := range []string{"1", "2", "3", "3"} {
+		if got := s.watches[i].ResourceVersion; got != want {
+			t.Errorf("watch %d from %q, want %s", i+1, got, want)
+		}
 	}
 }
 

@@ -184,11 +184,15 @@ func TestRelistUnchangedObjectsReachOnlyResyncingListeners(t *testing.T) {
 	quiet.take()
 	s.expire()
 	waitFor(t, "the second relist at the resyncing listener", func() bool { return relisted(resyncing) })
-	// The relist's notifications are distributed in one call, to every
-	// listener at once: the quiet one would have had it by now.
-	time.Sleep(100 * time.Millisecond)
-	if es := quiet.take(); len(es) != 0 {
-		t.Errorf("the listener without resync got %v from the second relist, want nothing", es)
+	// A barrier rather than a sleep: an object added after the relist
+	// reaches every listener after whatever the relist gave it, as each
+	// listener takes its notifications in order. Once the quiet listener
+	// has the add, it has had the relist's update too, if it got one.
+	waitFor(t, "the third watch", func() bool { _, w := s.counts(); return w == 3 })
+	s.set("z", "x", true)
+	waitFor(t, "the barrier at the quiet listener", func() bool { return quiet.len() > 0 })
+	if es := quiet.take(); len(es) != 1 || es[0].Kind != "add" || es[0].Name != "z" {
+		t.Errorf("the listener without resync got %v around the second relist, want only the add of z", es)
 	}
 }
 
