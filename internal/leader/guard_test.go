@@ -21,6 +21,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -56,52 +57,53 @@ func renewal(holder string) resourcelock.LeaderElectionRecord {
 
 // The guard calls lose once the last successful renewal is older than the
 // renew deadline: not before, however long the process has led, and only
-// once.
+// once. In a synctest bubble, so the times are exact: a release or a
+// failed write counted as a renewal would move the loss by the half
+// deadline that separates them from the last real renewal.
 func TestGuardLosesAfterRenewDeadline(t *testing.T) {
-	const deadline = 200 * time.Millisecond
-	lock := &fakeLock{}
-	g := newGuard(lock, deadline)
-	ctx := context.Background()
-	if err := g.Create(ctx, renewal("me")); err != nil { // acquired
-		t.Fatal(err)
-	}
-	lost := make(chan string, 2)
-	g.lead(func(reason string) { lost <- reason })
-	defer g.stop()
-
-	// Renewals every deadline/4 keep it for several deadlines.
-	for range 8 {
-		time.Sleep(deadline / 4)
-		if err := g.Update(ctx, renewal("me")); err != nil {
+	synctest.Test(t, func(t *testing.T) {
+		const deadline = 200 * time.Millisecond
+		lock := &fakeLock{}
+		g := newGuard(lock, deadline)
+		ctx := context.Background()
+		if err := g.Create(ctx, renewal("me")); err != nil { // acquired
 			t.Fatal(err)
 		}
-	}
-	select {
-	case r := <-lost:
-		t.Fatalf("lost (%s) while renewing", r)
-	default:
-	}
-	// A release (no holder) is no renewal, nor is a failed write.
-	last := time.Now()
-	_ = g.Update(ctx, renewal(""))
-	lock.failing = true
-	_ = g.Update(ctx, renewal("me"))
-	select {
-	case r := <-lost:
-		if after := time.Since(last); after < deadline-10*time.Millisecond || after > deadline+time.Second {
-			t.Errorf("lost %v after the last renewal, want %v", after, deadline)
+		lost := make(chan string, 2)
+		g.lead(func(reason string) { lost <- reason })
+		defer g.stop()
+
+		// Renewals every deadline/4 keep it for several deadlines.
+		for range 8 {
+			time.Sleep(deadline / 4)
+			if err := g.Update(ctx, renewal("me")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		select {
+		case r := <-lost:
+			t.Fatalf("lost (%s) while renewing", r)
+		default:
+		}
+		// A release (no holder) is no renewal, nor is a failed write.
+		last := time.Now()
+		time.Sleep(deadline / 2)
+		_ = g.Update(ctx, renewal(""))
+		lock.failing = true
+		_ = g.Update(ctx, renewal("me"))
+		r := <-lost
+		if after := time.Since(last); after != deadline {
+			t.Errorf("lost %v after the last renewal, want exactly the renew deadline, %v", after, deadline)
 		}
 		if !strings.Contains(r, "renew deadline") {
 			t.Errorf("reason %q", r)
 		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("not lost 5 s after the renewals stopped")
-	}
-	select {
-	case r := <-lost:
-		t.Errorf("lost twice: %s", r)
-	case <-time.After(2 * deadline):
-	}
+		select {
+		case r := <-lost:
+			t.Errorf("lost twice: %s", r)
+		case <-time.After(2 * deadline):
+		}
+	})
 }
 
 // A read that names another holder is a loss at once: someone took the
