@@ -18,6 +18,7 @@ type decl struct {
 	Recv  string // the receiver's or enclosing type's name; "" at top level
 	Field bool   // a struct field or interface method, found only as Type.Name
 	Func  bool   // a func or method, not a type, variable or constant
+	Skips bool   // a func whose body calls a Skip, Skipf or SkipNow
 	From  int
 	To    int
 }
@@ -40,7 +41,7 @@ func parseGo(file string) (*goFile, error) {
 		switch d := d.(type) {
 		case *ast.FuncDecl:
 			from, to := lines(d)
-			g.Decls = append(g.Decls, decl{Name: d.Name.Name, Recv: recvType(d), Func: true, From: from, To: to})
+			g.Decls = append(g.Decls, decl{Name: d.Name.Name, Recv: recvType(d), Func: true, Skips: callsSkip(d), From: from, To: to})
 		case *ast.GenDecl:
 			for _, s := range d.Specs {
 				// A spec alone in its declaration spans the keyword
@@ -195,7 +196,10 @@ func (c *checker) check(ct citation) string {
 		return "cannot parse: " + err.Error()
 	}
 	if ct.Proof {
-		return checkProof(g, ct, in)
+		if where != "" {
+			return fmt.Sprintf("a proof must be a test of this repository, which make test runs, and %s is not", in)
+		}
+		return checkProof(g, ct, in, c.res.root, file)
 	}
 	ds := g.lookup(ct.Name)
 	if len(ds) == 0 {
@@ -212,23 +216,6 @@ func (c *checker) check(ct citation) string {
 		spans = append(spans, fmt.Sprintf("%d-%d", d.From, d.To))
 	}
 	return fmt.Sprintf("line %d is outside %s (lines %s of %s)", ct.At, ct.Name, strings.Join(spans, ", "), in)
-}
-
-// checkProof says why a proof citation does not name a test: the claim
-// it ends would then be proven by nothing that runs.
-func checkProof(g *goFile, ct citation, in string) string {
-	if !strings.HasSuffix(ct.Path, "_test.go") {
-		return fmt.Sprintf("a proof must be a test, and %s is not a _test.go file", in)
-	}
-	if !strings.HasPrefix(ct.Name, "Test") {
-		return fmt.Sprintf("a proof must be a func TestXxx, and %s is not named so", ct.Name)
-	}
-	for _, d := range g.lookup(ct.Name) {
-		if d.Recv == "" && d.Func {
-			return ""
-		}
-	}
-	return fmt.Sprintf("the cited proof does not exist: no func %s in %s", ct.Name, in)
 }
 
 // problem is one stale citation, as printed.

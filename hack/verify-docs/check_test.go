@@ -25,18 +25,24 @@ func TestCheckDocs(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]string{
-		"docs/guide.md:16: `nosuch.go`":                                            "no such file",
-		"docs/guide.md:17: `gone` in `sync.go`":                                    "gone is not declared in sync.go",
-		"docs/guide.md:18: `syncBar` at `sync.go:12`":                              "line 12 is outside syncBar (lines 4-8",
-		"docs/guide.md:19: `hack/run.sh:99`":                                       "line 99 is past the end of hack/run.sh (3 lines)",
-		"docs/guide.md:20: `Missing` in `k8s.io/fakemod/tools/cache/reflector.go`": "Missing is not declared",
-		"docs/guide.md:21: `k8s.io/other/x.go`":                                    "no module of go.mod",
-		"docs/guide.md:22: `Ready` (run.go)":                                       "no such file",
-		"docs/guide.md:22: (gone.md)":                                              "no such file",
-		"docs/guide.md:24: `TestNoSuchProof` in `test/guide/claims_test.go`":       "the cited proof does not exist: no func TestNoSuchProof in test/guide/claims_test.go",
-		"docs/guide.md:25: `helperNotATest` in `test/guide/claims_test.go`":        "a proof must be a func TestXxx",
-		"docs/guide.md:27: `TestLooksLikeATest` in `test/guide/claims_test.go`":    "no func TestLooksLikeATest",
-		"docs/guide.md:27: `syncBar` in `sync.go`":                                 "sync.go is not a _test.go file",
+		"docs/guide.md:16: `nosuch.go`":                                                      "no such file",
+		"docs/guide.md:17: `gone` in `sync.go`":                                              "gone is not declared in sync.go",
+		"docs/guide.md:18: `syncBar` at `sync.go:12`":                                        "line 12 is outside syncBar (lines 4-8",
+		"docs/guide.md:19: `hack/run.sh:99`":                                                 "line 99 is past the end of hack/run.sh (3 lines)",
+		"docs/guide.md:20: `Missing` in `k8s.io/fakemod/tools/cache/reflector.go`":           "Missing is not declared",
+		"docs/guide.md:21: `k8s.io/other/x.go`":                                              "no module of go.mod",
+		"docs/guide.md:22: `Ready` (run.go)":                                                 "no such file",
+		"docs/guide.md:22: (gone.md)":                                                        "no such file",
+		"docs/guide.md:24: `TestNoSuchProof` in `test/guide/claims_test.go`":                 "the cited proof does not exist: no func TestNoSuchProof in test/guide/claims_test.go",
+		"docs/guide.md:25: `helperNotATest` in `test/guide/claims_test.go`":                  "a proof must be a func TestXxx",
+		"docs/guide.md:27: `TestLooksLikeATest` in `test/guide/claims_test.go`":              "no func TestLooksLikeATest",
+		"docs/guide.md:27: `syncBar` in `sync.go`":                                           "sync.go is not a _test.go file",
+		"docs/guide.md:29: `TestSkipped` in `test/guide/claims_test.go`":                     "may skip itself: TestSkipped calls Skip",
+		"docs/guide.md:30: `Testlower` in `test/guide/claims_test.go`":                       "Testlower is not named so",
+		"docs/guide.md:31: `TestTagged` in `test/guide/tagged_test.go`":                      "a build constraint leaves test/guide/tagged_test.go out of make test",
+		"docs/guide.md:32: `TestInTestdata` in `test/guide/testdata/old_test.go`":            "is under testdata/, which go list skips",
+		"docs/guide.md:33: `TestInAnotherModule` in `tools2/sub/sub_test.go`":                "is in another module (tools2/sub/go.mod)",
+		"docs/guide.md:34: `TestUpstream` in `k8s.io/fakemod/tools/cache/reflector_test.go`": "a proof must be a test of this repository",
 	}
 	got := map[string]bool{}
 	for _, p := range probs {
@@ -56,9 +62,9 @@ func TestCheckDocs(t *testing.T) {
 			t.Errorf("not reported: %s", key)
 		}
 	}
-	// Five proof citations, good or not, one not-testable mark.
-	if n := tally.Proofs["docs/guide.md"]; n != 5 {
-		t.Errorf("counted %d proofs in docs/guide.md, want 5", n)
+	// Eleven proof citations, good or not, one not-testable mark.
+	if n := tally.Proofs["docs/guide.md"]; n != 11 {
+		t.Errorf("counted %d proofs in docs/guide.md, want 11", n)
 	}
 	if n := tally.NotTestable["docs/guide.md"]; n != 1 {
 		t.Errorf("counted %d not-testable marks in docs/guide.md, want 1", n)

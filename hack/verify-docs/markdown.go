@@ -17,7 +17,8 @@ import (
 // An F3 citation written right after "proof:", as in "(proof: `TestName`
 // in `test/guide/x_test.go`)", names the test that demonstrates the
 // sentence it ends: Name must then be a func TestXxx declared in a
-// _test.go file. The docs mark a claim no test can prove with
+// _test.go file that make test runs, and not skip itself (checkProof in
+// proof.go). The docs mark a claim no test can prove with
 // notTestableMarker instead.
 type citation struct {
 	Doc   string // the doc's path as given, for the report

@@ -10,3 +10,11 @@ func helperNotATest() {}
 
 // TestLooksLikeATest is a type, not a func.
 type TestLooksLikeATest struct{}
+
+// TestSkipped skips itself: it proves nothing.
+func TestSkipped(t *testing.T) {
+	t.Run("sub", func(t *testing.T) { t.Skip("later") })
+}
+
+// Testlower is no test to go test: a lower-case rune follows Test.
+func Testlower(t *testing.T) {}

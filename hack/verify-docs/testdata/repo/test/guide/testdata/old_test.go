@@ -1,0 +1,6 @@
+package guide
+
+import "testing"
+
+// TestInTestdata is under testdata/, which go list skips.
+func TestInTestdata(t *testing.T) {}
