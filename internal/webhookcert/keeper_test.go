@@ -17,6 +17,7 @@ limitations under the License.
 package webhookcert
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -165,24 +166,58 @@ func TestFirstStartAndSecondReplica(t *testing.T) {
 }
 
 // A replica that loses the race to write the Secret writes nothing else
-// and serves the winner's pair on its next pass.
+// and serves the winner's pair on its next pass. b read the Secret empty,
+// as a had not written yet (a stale read, once), made a pair of its own
+// and found a's write in its way (a Conflict, once); its next pass reads
+// a's pair and needs no write at all.
 func TestConflictReadsTheWinner(t *testing.T) {
 	c := newCluster()
 	now := time.Now()
 	a, b := c.replica(&now), c.replica(&now)
+	empty := c.secret(t)
 	reconcile(t, a)
-	c.kube.PrependReactor("update", "secrets", func(core.Action) (bool, runtime.Object, error) {
-		return true, nil, apierrors.NewConflict(schema.GroupResource{Resource: "secrets"}, secretName, nil)
+	won := c.secret(t).Data[certKey]
+	stale, conflict := true, true
+	c.kube.PrependReactor("get", "secrets", func(core.Action) (bool, runtime.Object, error) {
+		if stale {
+			stale = false
+			return true, empty.DeepCopy(), nil
+		}
+		return false, nil, nil
 	})
-	// b saw the empty Secret: make it rotate, so it wants to write.
-	later := now.Add(DefaultValidity - DefaultRotateBefore + time.Hour)
-	b.now = func() time.Time { return later }
-	extWrites := writes(c.ext.Actions())
-	if err := b.Reconcile(context.Background()); err == nil {
-		t.Fatal("a conflict was not reported")
+	c.kube.PrependReactor("update", "secrets", func(core.Action) (bool, runtime.Object, error) {
+		if conflict {
+			conflict = false
+			return true, nil, apierrors.NewConflict(schema.GroupResource{Resource: "secrets"}, secretName, nil)
+		}
+		return false, nil, nil
+	})
+	kubeWrites, extWrites := writes(c.kube.Actions()), writes(c.ext.Actions())
+	if err := b.Reconcile(context.Background()); err == nil || !strings.Contains(err.Error(), "another replica") {
+		t.Fatalf("the lost race: %v, want an error that says another replica wrote first", err)
 	}
-	if writes(c.ext.Actions()) != extWrites {
-		t.Error("the CRD was written after a lost race")
+	if stale || conflict {
+		t.Fatal("the pass did not read the stale Secret and meet the conflict")
+	}
+	if _, err := b.GetCertificate(nil); err == nil {
+		t.Error("b serves a pair after losing the race: one the Secret and the CRD do not have")
+	}
+	reconcile(t, b)
+	if !servedCA(t, b).Equal(servedCA(t, a)) {
+		t.Error("b does not serve the winner's pair on its next pass")
+	}
+	if !bytes.Equal(c.secret(t).Data[certKey], won) {
+		t.Error("the winner's certificate in the Secret was replaced")
+	}
+	// The one write: b's update that met the conflict.
+	if n := writes(c.kube.Actions()) - kubeWrites; n != 1 {
+		t.Errorf("%d Secret writes, want only the one that met the conflict", n)
+	}
+	if n := writes(c.ext.Actions()) - extWrites; n != 0 {
+		t.Errorf("%d CRD writes after a lost race, want 0", n)
+	}
+	if err := b.Ready(); err != nil {
+		t.Errorf("b not ready on the winner's pair: %v", err)
 	}
 }
 
