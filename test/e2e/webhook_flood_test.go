@@ -17,11 +17,13 @@ limitations under the License.
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -32,6 +34,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 )
 
@@ -69,25 +72,73 @@ const (
 	budgetBytes       = 8 << 20
 )
 
-// TestWebhookFlood floods a conversion-only replica (the Pod with the
-// smallest memory limit, artifacts/conversion-only) with oversize reviews,
-// slow bodies and chunked bodies from many connections at once, while the
-// API server converts a Bar through it. It runs under the manifest's
-// GOMEMLIMIT and is judged by counts: the answers by status code, the bytes
-// the webhook read (its own counter), the most bytes its requests in flight
-// reserved at once, and the process's peak resident memory (the kernel's
-// VmHWM, a high-water mark no sampling can miss), which must stay under the
-// manifest's memory limit. Every read through the webhook succeeds.
+// TestWebhookFlood floods a replica's webhook with oversize reviews, slow
+// bodies and chunked bodies from many connections at once, while the API
+// server converts a Bar through it, then with large valid reviews from two
+// more addresses. Two replicas: a conversion-only one (the Pod with the
+// smallest memory limit, artifacts/conversion-only), and a controller that
+// leads (every replica is a leader candidate: one that dies of a flood
+// takes the Lease with it). Each runs under its manifest's GOMEMLIMIT and
+// is judged by counts: the answers by result, the bytes the webhook read
+// (its own counter), the most bytes its requests in flight reserved at
+// once, and the process's peak resident memory (the kernel's VmHWM, a
+// high-water mark no sampling can miss), which must stay under the
+// manifest's memory limit. Every read through the webhook succeeds, and
+// the leader keeps its Lease.
 func TestWebhookFlood(t *testing.T) {
-	env, ns := setupOps(t)
-	env.install(t)
+	t.Run("conversion-only", func(t *testing.T) {
+		env, ns := setupOps(t)
+		env.install(t)
+		goMemLimit, memLimit := manifestMemory(t, "conversion-only/deployment.yaml")
+		flood(t, env, ns, goMemLimit, memLimit, []string{"--conversion-webhook-only"}, nil, nil)
+	})
+	t.Run("leader", func(t *testing.T) {
+		env, ns := setupOps(t)
+		env.install(t)
+		goMemLimit, memLimit := manifestMemory(t, "install/deployment.yaml")
+		// The Lease where the shipped Role lets the controller have it.
+		args := slices.Concat(opsElectionFlags, []string{"--leader-elect-lease-namespace=" + installNamespace, "--namespace=" + ns})
+		var c *controllerProcess
+		lease := func() (string, int32) {
+			l, err := env.kube.CoordinationV1().Leases(installNamespace).Get(t.Context(), "bar-controller", metav1.GetOptions{})
+			if err != nil {
+				return "", 0
+			}
+			return ptr.Deref(l.Spec.HolderIdentity, ""), ptr.Deref(l.Spec.LeaseTransitions, 0)
+		}
+		var holder string
+		var transitions int32
+		flood(t, env, ns, goMemLimit, memLimit, args, func(p *controllerProcess) {
+			c = p
+			eventually(t, "the replica to lead", func(context.Context) (bool, error) {
+				holder, transitions = lease()
+				return strings.HasPrefix(holder, p.Name+"_"), nil
+			})
+		}, func() {
+			if h, n := lease(); h != holder || n != transitions {
+				t.Errorf("the Lease went from %s (%d transitions) to %s (%d) during the flood", holder, transitions, h, n)
+			}
+			if v, _ := c.scrape(t).Value("leader_election_master_status", nil); v != 1 {
+				t.Errorf("leader_election_master_status %v after the flood, want 1", v)
+			}
+		})
+	})
+}
+
+// flood starts a replica with args and the webhook, floods it and judges
+// it; onReady and onDone, if given, run once the replica is ready and once
+// the flood is judged.
+func flood(t *testing.T, env *opsEnv, ns, goMemLimit string, memLimit int64, args []string, onReady func(*controllerProcess), onDone func()) {
+	t.Helper()
 	kubeconfig, _ := env.serviceAccountConfig(t)
-	goMemLimit, memLimit := conversionOnlyMemory(t)
 	t.Setenv("GOMEMLIMIT", goMemLimit) // the child inherits it, as the Pod's container would
 	hook := localWebhook(t, env, installNamespace)
 	addr := strings.TrimPrefix(hook[0], "--conversion-webhook-bind-address=")
-	c := startController(t, "flooded", kubeconfig, append([]string{"--conversion-webhook-only"}, hook...)...)
+	c := startController(t, "flooded", kubeconfig, append(slices.Clone(args), hook...)...)
 	c.waitProbe(t, "/readyz", 200)
+	if onReady != nil {
+		onReady(c)
+	}
 	bar := createOpsBar(t, env, ns, "flooded")
 	checkConvertedRead(t, env, ns, bar.Name, bar.Spec.Deployment.Name)
 	value := func(name string) float64 {
@@ -201,18 +252,23 @@ func TestWebhookFlood(t *testing.T) {
 	t.Logf("peak resident memory: %d MiB before the flood, %d MiB after (limit %d MiB, GOMEMLIMIT %s); read %.0f bytes",
 		hwmBefore>>20, hwm>>20, memLimit>>20, goMemLimit, read)
 	if hwm >= memLimit {
-		t.Errorf("peak resident memory %d MiB reached the conversion-only Pod's memory limit, %d MiB", hwm>>20, memLimit>>20)
+		t.Errorf("peak resident memory %d MiB reached the Pod's memory limit, %d MiB", hwm>>20, memLimit>>20)
 	}
 	c.waitProbe(t, "/readyz", 200)
 	checkConvertedRead(t, env, ns, bar.Name, bar.Spec.Deployment.Name)
+	if onDone != nil {
+		onDone()
+	}
 }
 
-// conversionOnlyMemory reads GOMEMLIMIT and the memory limit of the
-// conversion-only Deployment as shipped.
-func conversionOnlyMemory(t *testing.T) (goMemLimit string, limit int64) {
+// manifestMemory reads GOMEMLIMIT and the memory limit of a Deployment
+// in artifacts/ as shipped, and holds GOMEMLIMIT to the share of the limit
+// TestInstalledGOMEMLIMITLeavesHeadroom holds the installed one's to
+// (80-95%).
+func manifestMemory(t *testing.T, path string) (goMemLimit string, limit int64) {
 	t.Helper()
 	var d appsv1.Deployment
-	readManifest(t, filepath.Join(artifactsDir, "conversion-only", "deployment.yaml"), &d)
+	readManifest(t, filepath.Join(artifactsDir, path), &d)
 	c := d.Spec.Template.Spec.Containers[0]
 	for _, e := range c.Env {
 		if e.Name == "GOMEMLIMIT" {
@@ -220,11 +276,18 @@ func conversionOnlyMemory(t *testing.T) (goMemLimit string, limit int64) {
 		}
 	}
 	if goMemLimit == "" {
-		t.Fatal("artifacts/conversion-only sets no GOMEMLIMIT")
+		t.Fatalf("artifacts/%s sets no GOMEMLIMIT", path)
 	}
 	q, ok := c.Resources.Limits["memory"]
 	if !ok {
-		t.Fatal("artifacts/conversion-only sets no memory limit")
+		t.Fatalf("artifacts/%s sets no memory limit", path)
+	}
+	goLimit, err := parseGoMemLimit(goMemLimit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if share := float64(goLimit) / float64(q.Value()); share < 0.8 || share > 0.95 {
+		t.Errorf("artifacts/%s: GOMEMLIMIT %s is %.1f%% of the memory limit %s, want 80-95%%", path, goMemLimit, 100*share, q.String())
 	}
 	return goMemLimit, q.Value()
 }
