@@ -33,6 +33,12 @@ options:
   --markdown      print the report as tables for docs/measurements.md
   --timeout=D     each run's -test.timeout (default 30m)
   --min-runs=K    report only the figures logged in at least K runs
+  --commit=REV    run the tests of commit REV, from a clone of it in a
+                  temporary directory (PKG then names a package of the
+                  module, e.g. ./test/faults). Without it the tests, and the
+                  controller the real-cluster tests build from the module
+                  root at each run's start, come from the working tree as it
+                  is at that moment, uncommitted edits included
   -h, --help      this text
 
 The environment is passed to every run: set KUBE_BIN_DIR,
@@ -49,6 +55,7 @@ stop_on_fail=false
 markdown=false
 timeout=30m
 min_runs=1
+commit=""
 args=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -57,6 +64,7 @@ while [[ $# -gt 0 ]]; do
     --markdown) markdown=true ;;
     --timeout=*) timeout="${1#--timeout=}" ;;
     --min-runs=*) min_runs="${1#--min-runs=}" ;;
+    --commit=*) commit="${1#--commit=}" ;;
     -h | --help)
       usage
       exit 0
@@ -84,12 +92,36 @@ fi
 
 log() { echo "flake-hunt: $*" >&2; }
 
+# What the runs test: a clone of one commit, or the working tree (which the
+# report then names by its HEAD, marked dirty when it has uncommitted edits,
+# since those are built too).
+src="${ROOT}"
+if [[ -n "${commit}" ]]; then
+  if ! rev=$(git -C "${ROOT}" rev-parse --verify --quiet "${commit}^{commit}"); then
+    echo "flake-hunt: ${commit} is not a commit" >&2
+    exit 2
+  fi
+  clone=$(mktemp -d "${TMPDIR:-/tmp}/flake-hunt.XXXXXX")
+  trap 'rm -rf "${clone}"' EXIT
+  git clone --quiet --shared --no-checkout "${ROOT}" "${clone}/src"
+  git -C "${clone}/src" checkout --quiet --detach "${rev}"
+  src="${clone}/src"
+  cd "${src}"
+  tested="commit $(git rev-parse --short "${rev}")"
+else
+  tested="working tree at $(git -C "${ROOT}" rev-parse --short HEAD)"
+  if [[ -n "$(git -C "${ROOT}" status --porcelain --untracked-files=no)" ]]; then
+    tested+=" with uncommitted edits"
+    log "note: the working tree has uncommitted edits; the runs build them (--commit=REV runs one commit)"
+  fi
+fi
+
 # The package's directory, and its path in the module, which names the
 # output directory ("." at the top is the module's root package). PKG is
 # read from where the script was called, as go test would.
 pkg_dir=$(go list -f '{{.Dir}}' "${pkg}")
 module_dir=$(go list -f '{{.Module.Dir}}' "${pkg}")
-cd "${ROOT}"
+cd "${src}"
 name=${pkg_dir#"${module_dir}"}
 name=${name#/}
 name=${name//\//-}
@@ -116,7 +148,7 @@ if [[ ! -x "${binary}" ]]; then
 fi
 # The report's reader is built before the runs, so that a broken build
 # does not waste them.
-if ! go build -o "${out}/flake-hunt" ./hack/flake-hunt; then
+if ! (cd "${ROOT}" && go build -o "${out}/flake-hunt" ./hack/flake-hunt); then
   echo "flake-hunt: building hack/flake-hunt failed" >&2
   exit 2
 fi
@@ -127,7 +159,7 @@ for v in KUBE_BIN_DIR BAR_REQUIRE_INTEGRATION BAR_FAULTS_ALL BAR_REQUIRE_NODE; d
     env_note+=" ${v}=${!v}"
   fi
 done
-log "${runs} runs of ${pkg} -run '${regex}' from ${pkg_dir}${env_note:+ with${env_note}}; logs in ${out}"
+log "${runs} runs of ${pkg} -run '${regex}' (${tested}) from ${pkg_dir}${env_note:+ with${env_note}}; logs in ${out}"
 
 exits=()
 logs=()
@@ -149,7 +181,7 @@ for ((k = 1; k <= runs; k++)); do
   fi
 done
 
-report_flags=(--title="hack/flake-hunt.sh ${pkg} '${regex}' ${runs} on $(nproc) cores${build_flags[*]:+ (${build_flags[*]})}" --min-runs="${min_runs}")
+report_flags=(--title="hack/flake-hunt.sh ${pkg} '${regex}' ${runs} on $(nproc) cores${build_flags[*]:+ (${build_flags[*]})}, ${tested}" --min-runs="${min_runs}")
 if ${markdown}; then
   report_flags+=(--markdown)
 fi
