@@ -184,3 +184,11 @@ release: ## Build release VERSION=vX.Y.Z of HEAD, no Docker: the image index for
 	rm -rf $(RELEASE_DIR)
 	kube_bin_dir="$$(hack/install-k8s-binaries.sh kubectl | tail -n 1)" && \
 	go run ./hack/release --version=$(VERSION) --registry=$(REGISTRY) --repo=$(REPO) --out=$(RELEASE_DIR) --kubectl="$$kube_bin_dir/kubectl"
+
+# The chart's tests need helm, which no other target does: it is built
+# from source once (hack/install-helm.sh, version in hack/tools/helm/go.mod)
+# into bin/helm-<version>/, as the Kubernetes binaries are.
+.PHONY: test-chart
+test-chart: ## Build helm from source once, then test charts/bar-controller: the same objects as kubectl kustomize of artifacts/ and artifacts/namespaced, helm lint --strict, the values schema refusing bad values.
+	helm_dir="$$(hack/install-helm.sh)" && kube_bin_dir="$$(hack/install-k8s-binaries.sh kubectl | tail -n 1)" && \
+	HELM="$$helm_dir/helm" KUBE_BIN_DIR="$$kube_bin_dir" BAR_REQUIRE_HELM=1 go test -count=1 ./charts

@@ -1,0 +1,186 @@
+/*
+Copyright The bar-controller Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package charts holds the tests of the Helm chart in bar-controller/:
+// that its objects are artifacts/'s, as kubectl kustomize renders them,
+// that helm lint passes, and that its values schema refuses bad values.
+// They need helm ($HELM, make test-chart builds it from source) and
+// kubectl ($KUBE_BIN_DIR).
+package charts
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/barcontroller/bar-controller/internal/testcluster"
+)
+
+const chart = "bar-controller"
+
+// tools returns helm and kubectl, skipping the test without them, or
+// failing it when $BAR_REQUIRE_HELM says they must be there.
+func tools(t *testing.T) (helm, kubectl string) {
+	t.Helper()
+	helm = os.Getenv("HELM")
+	if helm == "" || os.Getenv(testcluster.BinDirEnv) == "" {
+		if os.Getenv("BAR_REQUIRE_HELM") != "" {
+			t.Fatalf("$HELM and $%s must name helm and the Kubernetes binaries' directory (make test-chart)", testcluster.BinDirEnv)
+		}
+		t.Skipf("needs $HELM and $%s: run make test-chart", testcluster.BinDirEnv)
+	}
+	return helm, filepath.Join(os.Getenv(testcluster.BinDirEnv), "kubectl")
+}
+
+func run(t *testing.T, name string, args ...string) ([]byte, error) {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return out, fmt.Errorf("%s %s: %v: %s", filepath.Base(name), strings.Join(args, " "), err, stderr.Bytes())
+	}
+	return out, nil
+}
+
+// objects decodes a multi-document YAML stream into its objects, by
+// kind/namespace/name.
+func objects(t *testing.T, data []byte) map[string]map[string]any {
+	t.Helper()
+	out := map[string]map[string]any{}
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	for {
+		var obj map[string]any
+		err := dec.Decode(&obj)
+		if errors.Is(err, io.EOF) {
+			return out
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if obj == nil {
+			continue
+		}
+		md, _ := obj["metadata"].(map[string]any)
+		key := fmt.Sprintf("%s/%v/%v", obj["kind"], md["namespace"], md["name"])
+		if _, dup := out[key]; dup {
+			t.Fatalf("%s twice", key)
+		}
+		out[key] = obj
+	}
+}
+
+// TestChartMatchesKustomize renders the chart with its default values and
+// artifacts/ with kubectl kustomize, and requires the same objects, field
+// for field, but for what Helm must do differently: the Namespace is
+// Helm's (--create-namespace), and the CRD carries helm.sh/resource-policy
+// so that an uninstall keeps the Bars. The same for namespaceScoped and
+// artifacts/namespaced, in another namespace.
+func TestChartMatchesKustomize(t *testing.T) {
+	helm, kubectl := tools(t)
+	for _, tc := range []struct {
+		name, namespace, kustomization string
+		set                            []string
+	}{
+		{"default", "bar-controller", "../artifacts", nil},
+		// The overlay holds no CRD (a cluster's admin installs it once).
+		{"namespaced", "bar-apps", "../artifacts/namespaced", []string{"namespaceScoped=true", "crds.install=false"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := []string{"template", "bar-controller", chart, "--namespace", tc.namespace}
+			for _, s := range tc.set {
+				args = append(args, "--set", s)
+			}
+			rendered, err := run(t, helm, args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := objects(t, rendered)
+			kustomized, err := run(t, kubectl, "kustomize", tc.kustomization)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := objects(t, kustomized)
+			delete(want, "Namespace/<nil>/bar-controller")
+			if crd, ok := got["CustomResourceDefinition/<nil>/bars.barcontroller.dev"]; ok {
+				annotations := crd["metadata"].(map[string]any)["annotations"].(map[string]any)
+				if annotations["helm.sh/resource-policy"] != "keep" {
+					t.Errorf("the CRD is not kept on uninstall: %v", annotations)
+				}
+				delete(annotations, "helm.sh/resource-policy")
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("helm template differs from kubectl kustomize %s (-kustomize +helm):\n%s", tc.kustomization, diff)
+			}
+		})
+	}
+}
+
+// TestChartLints: helm lint, strict (warnings fail too).
+func TestChartLints(t *testing.T) {
+	helm, _ := tools(t)
+	if out, err := run(t, helm, "lint", "--strict", chart); err != nil {
+		t.Errorf("%v\n%s", err, out)
+	}
+}
+
+// TestValuesSchema: values the controller cannot run with are refused at
+// helm template (and so at install and upgrade), naming the value; good
+// ones render.
+func TestValuesSchema(t *testing.T) {
+	helm, _ := tools(t)
+	for _, tc := range []struct {
+		set     []string
+		wantErr string // "" for a values set that must render
+	}{
+		{[]string{"leaderElection.enabled=false", "replicas=1"}, ""},
+		{[]string{"image.digest=sha256:" + strings.Repeat("0", 64)}, ""},
+		{[]string{"namespaceScoped=true", "logging.format=json", "logging.verbosity=2", "metrics.enabled=false", "webhook.enabled=false"}, ""},
+		{[]string{"replicas=0"}, "replicas"},
+		{[]string{"leaderElection.enabled=false"}, "replicas"},
+		{[]string{"image.digest=sha256:abc"}, "digest"},
+		{[]string{"logging.format=yaml"}, "format"},
+		{[]string{"metrics.port=70000"}, "port"},
+		{[]string{"replica=3"}, "replica"},
+		{[]string{"goMemLimit=lots"}, "goMemLimit"},
+	} {
+		args := []string{"template", "bar-controller", chart, "--namespace", "bar-controller"}
+		for _, s := range tc.set {
+			args = append(args, "--set", s)
+		}
+		out, err := run(t, helm, args...)
+		switch {
+		case tc.wantErr == "" && err != nil:
+			t.Errorf("%v: %v", tc.set, err)
+		case tc.wantErr == "" && !bytes.Contains(out, []byte("kind: Deployment")):
+			t.Errorf("%v: rendered no Deployment:\n%s", tc.set, out)
+		case tc.wantErr != "" && err == nil:
+			t.Errorf("%v: rendered, want the schema to refuse it", tc.set)
+		case tc.wantErr != "" && !strings.Contains(err.Error(), tc.wantErr):
+			t.Errorf("%v: %v, want an error naming %q", tc.set, err, tc.wantErr)
+		}
+	}
+}
