@@ -175,20 +175,26 @@ image: ## Build the container image (needs a Docker engine).
 # is an OCI layout in _output/release/oci, and install.yaml names REPO
 # (default REGISTRY, else bar-controller). kubectl renders the manifests,
 # as the real-cluster tests render artifacts/.
+# COSIGN_KEY=<key reference> (a key file, env://VAR, a KMS URI; a file's
+# password in $COSIGN_PASSWORD) signs the index digest in REGISTRY with
+# cosign, built from source once (hack/install-tool.sh cosign).
 REGISTRY ?=
 REPO ?=
+COSIGN_KEY ?=
 RELEASE_DIR := _output/release
 
 .PHONY: release
-release: ## Build release VERSION=vX.Y.Z of HEAD, no Docker: the image index for linux/amd64+arm64 pushed to REGISTRY=host/repo or written as an OCI layout, install.yaml and install-namespaced.yaml by digest, SPDX SBOMs, SHA256SUMS, release notes, in _output/release/.
+release: ## Build release VERSION=vX.Y.Z of HEAD, no Docker: the image index for linux/amd64+arm64 pushed to REGISTRY=host/repo (signed with COSIGN_KEY=) or written as an OCI layout, install.yaml and install-namespaced.yaml by digest, SPDX SBOMs, SHA256SUMS, release notes, in _output/release/.
 	rm -rf $(RELEASE_DIR)
-	kube_bin_dir="$$(hack/install-k8s-binaries.sh kubectl | tail -n 1)" && \
-	go run ./hack/release --version=$(VERSION) --registry=$(REGISTRY) --repo=$(REPO) --out=$(RELEASE_DIR) --kubectl="$$kube_bin_dir/kubectl"
+	kube_bin_dir="$$(hack/install-k8s-binaries.sh kubectl | tail -n 1)" && cosign=cosign && \
+	if [[ -n "$(COSIGN_KEY)" ]]; then cosign="$$(hack/install-tool.sh cosign)/cosign"; fi && \
+	go run ./hack/release --version=$(VERSION) --registry=$(REGISTRY) --repo=$(REPO) --out=$(RELEASE_DIR) \
+	  --kubectl="$$kube_bin_dir/kubectl" --cosign="$$cosign" --cosign-key="$(COSIGN_KEY)"
 
 # The chart's tests need helm, which no other target does: it is built
-# from source once (hack/install-helm.sh, version in hack/tools/helm/go.mod)
+# from source once (hack/install-tool.sh helm, version in hack/tools/helm/go.mod)
 # into bin/helm-<version>/, as the Kubernetes binaries are.
 .PHONY: test-chart
 test-chart: ## Build helm from source once, then test charts/bar-controller: the same objects as kubectl kustomize of artifacts/ and artifacts/namespaced, helm lint --strict, the values schema refusing bad values.
-	helm_dir="$$(hack/install-helm.sh)" && kube_bin_dir="$$(hack/install-k8s-binaries.sh kubectl | tail -n 1)" && \
+	helm_dir="$$(hack/install-tool.sh helm)" && kube_bin_dir="$$(hack/install-k8s-binaries.sh kubectl | tail -n 1)" && \
 	HELM="$$helm_dir/helm" KUBE_BIN_DIR="$$kube_bin_dir" BAR_REQUIRE_HELM=1 go test -count=1 ./charts

@@ -61,6 +61,8 @@ type config struct {
 	repo     string // the repository install.yaml names; default registry
 	out      string // the bundle's directory; must not exist or be empty
 	kubectl  string // renders the manifests (kubectl kustomize)
+	// cosign signs the index with cosignKey, when one is given (sign.go).
+	cosign, cosignKey string
 	// platforms are GOOS/GOARCH pairs, in the order the index lists them.
 	platforms []string
 }
@@ -91,6 +93,8 @@ func main() {
 	flag.StringVar(&cfg.repo, "repo", "", "the image repository install.yaml names; default --registry, else bar-controller")
 	flag.StringVar(&cfg.out, "out", "_output/release", "the directory to write the bundle to (must not exist, or be empty)")
 	flag.StringVar(&cfg.kubectl, "kubectl", "kubectl", "the kubectl that renders the manifests (kubectl kustomize)")
+	flag.StringVar(&cfg.cosign, "cosign", "cosign", "the cosign that signs the index (with --cosign-key)")
+	flag.StringVar(&cfg.cosignKey, "cosign-key", "", "sign the index digest in --registry with this cosign key reference (a key file, env://VAR, a KMS URI); its password in $COSIGN_PASSWORD")
 	flag.StringVar(&platforms, "platforms", "linux/amd64,linux/arm64", "the platforms to build, in the order the index lists them")
 	flag.Parse()
 	cfg.platforms = strings.Split(platforms, ",")
@@ -131,6 +135,9 @@ func (c *config) validate() error {
 		if !strings.HasPrefix(p, "linux/") {
 			return fmt.Errorf("platform %q: the image holds a Linux binary only", p)
 		}
+	}
+	if c.cosignKey != "" && c.registry == "" {
+		return errors.New("--cosign-key needs --registry: the signature is stored in the registry, beside the image")
 	}
 	if c.repo == "" {
 		c.repo = c.registry
@@ -196,6 +203,11 @@ func run(ctx context.Context, c config) (*result, error) {
 	}
 	if c.registry != "" {
 		if err := attachSBOMs(ctx, c, idx, binaries, res.created); err != nil {
+			return nil, err
+		}
+	}
+	if c.cosignKey != "" {
+		if err := sign(ctx, c, c.registry+"@"+res.index.String()); err != nil {
 			return nil, err
 		}
 	}

@@ -97,6 +97,9 @@ func writeNotes(ctx context.Context, c config, res *result) error {
 		fmt.Fprintf(&b, "; in the registry each is attached to its image as an OCI artifact of type `%s` (`oras discover %s@<image digest>`)", sbomMediaType, c.registry)
 	}
 	b.WriteString(".\n\n")
+	if c.cosignKey != "" {
+		fmt.Fprintf(&b, "The index is signed with cosign (no transparency log entry); with the release's public key:\n\n    %s\n\n", verifyCommand(c.registry+"@"+res.index.String()))
+	}
 	if prev != "" {
 		fmt.Fprintf(&b, "## Changes since %s (%d commits)\n\n", prev, changes)
 	} else {

@@ -248,6 +248,7 @@ func TestValidate(t *testing.T) {
 		{config{version: "v1.2.3+meta", out: fresh, platforms: []string{"linux/amd64"}}, "not vX.Y.Z", ""},
 		{config{version: "v1.2.3", out: fresh, platforms: []string{"darwin/arm64"}}, "Linux binary only", ""},
 		{config{version: "v1.2.3", out: nonEmpty, platforms: []string{"linux/amd64"}}, "not empty", ""},
+		{config{version: "v1.2.3", out: fresh, platforms: []string{"linux/amd64"}, cosignKey: "cosign.key"}, "needs --registry", ""},
 	} {
 		err := tc.c.validate()
 		switch {

@@ -1,5 +1,5 @@
 // The helm command, built from source through the Go module proxy like the
-// control-plane binaries (hack/tools/README.md); hack/install-helm.sh
+// control-plane binaries (hack/tools/README.md); hack/install-tool.sh helm
 // builds it into bin/helm-<version>/.
 
 module github.com/barcontroller/bar-controller/hack/tools/helm
