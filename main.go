@@ -279,14 +279,14 @@ func serveMetrics(ctx context.Context, opts options, cfg *rest.Config, h http.Ha
 // reviews: a client of their own, so that they never wait in client-go
 // behind the controller's requests, nor its requests behind them. Its user
 // agent tells them apart in the API server's logs and audit. Its
-// client-side limit is the filter's own bounds again (both lanes at full
+// client-side limit is the filter's own bounds again (every lane at full
 // rate), a second guard should the filter ever leak: what any scraper can
 // make the controller send stays bounded whatever --kube-api-qps says.
 func metricsAuthConfig(cfg *rest.Config, o apiauth.Options) *rest.Config {
 	c := rest.CopyConfig(cfg)
 	c.UserAgent = "bar-controller/" + version + " (metrics-auth)"
-	c.QPS = float32(o.NewcomerRate + o.ReturningRate)
-	c.Burst = o.NewcomerBurst + o.ReturningBurst
+	c.QPS = float32(o.Rate())
+	c.Burst = o.Burst()
 	c.RateLimiter = nil
 	c.Timeout = o.Timeout
 	return c

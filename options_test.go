@@ -57,14 +57,17 @@ func TestValidateFlags(t *testing.T) {
 
 // TestMetricsAuthConfig: the reviews' client is a copy with a limit of its
 // own, whatever the controller's (no client-side limit by default), and a
-// user agent of its own; the controller's configuration is left alone.
+// user agent of its own; the controller's configuration is left alone. The
+// limit is exactly the filter's, every lane's rate and burst summed: below
+// it, reviews the filter admitted would wait in client-go until they time
+// out (a lane added to the filter but not to this sum did just that).
 func TestMetricsAuthConfig(t *testing.T) {
 	// As restConfig makes it with the default flags.
 	cfg := rest.AddUserAgent(&rest.Config{Host: "https://api.example:6443", QPS: -1, Burst: 400}, "bar-controller/"+version)
 	o := apiauth.DefaultOptions()
 	c := metricsAuthConfig(cfg, o)
-	if c.QPS <= 0 || c.Burst <= 0 || c.Timeout != o.Timeout {
-		t.Errorf("QPS %v, burst %d, timeout %v: want a positive limit and the review timeout", c.QPS, c.Burst, c.Timeout)
+	if c.QPS != float32(o.Rate()) || c.Burst != o.Burst() || c.Timeout != o.Timeout {
+		t.Errorf("QPS %v, burst %d, timeout %v: want the filter's %v, %d and the review timeout %v", c.QPS, c.Burst, c.Timeout, o.Rate(), o.Burst(), o.Timeout)
 	}
 	if !strings.HasSuffix(c.UserAgent, "(metrics-auth)") {
 		t.Errorf("user agent %q, want one of its own", c.UserAgent)
