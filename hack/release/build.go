@@ -147,8 +147,9 @@ func writeFile(p string, r io.Reader, perm os.FileMode) error {
 // Every input that changes the output is set here, not taken from the
 // caller's environment: the Go flags (-race or -cover in $GOFLAGS would
 // change the binary), cgo off (static, and no C toolchain in the result),
-// the microarchitecture levels, no VCS stamp (the commit is given by -X,
-// and the archive has no .git anyway), and no build paths (-trimpath).
+// the microarchitecture levels, no experiments, no VCS stamp (the commit
+// is given by -X, and the archive has no .git anyway), and no build paths
+// (-trimpath).
 // What is left is the Go toolchain: the same commit built with another Go
 // version gives other binaries, which the SBOM and --version then name.
 func buildBinaries(ctx context.Context, src string, c config, commit string) ([]binary, error) {
@@ -165,7 +166,7 @@ func buildBinaries(ctx context.Context, src string, c config, commit string) ([]
 		cmd.Dir = src
 		cmd.Env = append(os.Environ(),
 			"GOOS="+goos, "GOARCH="+arch, "CGO_ENABLED=0",
-			"GOAMD64=v1", "GOARM64=v8.0",
+			"GOAMD64=v1", "GOARM64=v8.0", "GOEXPERIMENT=",
 			"GOFLAGS=-mod=readonly", "GOWORK=off", "GOTOOLCHAIN=local",
 		)
 		if msg, err := cmd.CombinedOutput(); err != nil {
