@@ -229,11 +229,19 @@ func TestLostLabelIsRestoredDespiteLaterChanges(t *testing.T) {
 		}
 		return d.Labels["app.kubernetes.io/managed-by"] == "bar-controller", nil
 	})
-	// A bound on syncs, not seconds: the 1 s resync and the label's own
-	// events give a handful; 50 leaves room for Conflicts with the
-	// annotation patches (rate-limited retries), and is far below the
-	// thousand of a 20 Hz wait.
-	if n := env.syncs(t, ns, "relabel") - before; n > 50 {
-		t.Errorf("%d syncs of the Bar before its Deployment's label was back, want at most 50: it waited on a cache that never reads the Deployment", n)
+	// A bound on syncs, not seconds. The fault it guards against, a wait
+	// on the full cache retried every 50 ms until a bookmark, made about
+	// 1,100 syncs. A healthy controller's count, measured on 2 cores
+	// (2026-11-25, 12 runs, -count=6 twice, and whole-package runs): 13-20
+	// when the test runs first in its process, 64-75 otherwise (Conflicts
+	// with the annotation patches retried rate-limited, the Deployment's
+	// events from both caches, the status written as the Deployment leaves
+	// and re-enters the full cache). 200 is 2.7 times the highest seen and
+	// still 5 times below the fault. (An earlier bound of 50 was a guess
+	// and failed on a healthy tree.)
+	n := env.syncs(t, ns, "relabel") - before
+	t.Logf("%d syncs of the Bar before its Deployment's label was back", n)
+	if n > 200 {
+		t.Errorf("%d syncs of the Bar before its Deployment's label was back, want at most 200: it waited on a cache that never reads the Deployment", n)
 	}
 }
