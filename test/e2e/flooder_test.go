@@ -34,7 +34,9 @@ type flooder struct {
 	addr string
 	src  net.IP
 
-	mu    sync.Mutex
+	// mu guards codes, which flooders from several addresses may share:
+	// those share mu too.
+	mu    *sync.Mutex
 	codes map[string]map[int]int // kind -> status code (0: none) -> requests
 }
 

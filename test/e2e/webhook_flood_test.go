@@ -36,6 +36,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
+
+	"github.com/barcontroller/bar-controller/internal/testcluster"
 )
 
 // The flood's shape. Any Pod can reach the webhook's Service where no
@@ -134,7 +136,9 @@ func flood(t *testing.T, env *opsEnv, ns, goMemLimit string, memLimit int64, arg
 	t.Setenv("GOMEMLIMIT", goMemLimit) // the child inherits it, as the Pod's container would
 	hook := localWebhook(t, env, installNamespace)
 	addr := strings.TrimPrefix(hook[0], "--conversion-webhook-bind-address=")
-	c := startController(t, "flooded", kubeconfig, append(slices.Clone(args), hook...)...)
+	// Built without the race detector: under make test's -race its shadow
+	// memory alone took the replica past the 128 MiB limit (258 MiB peak).
+	c := startBinary(t, plainControllerBinary(t), "flooded", kubeconfig, append(slices.Clone(args), hook...)...)
 	c.waitProbe(t, "/readyz", 200)
 	if onReady != nil {
 		onReady(c)
@@ -161,7 +165,7 @@ func flood(t *testing.T, env *opsEnv, ns, goMemLimit string, memLimit int64, arg
 	readBefore := value("bar_controller_conversion_webhook_request_bytes_total")
 	hwmBefore := peakRSS(t, c.Pid())
 
-	f := &flooder{addr: addr, src: net.IPv4(127, 0, 0, 2), codes: map[string]map[int]int{}}
+	f := &flooder{addr: addr, src: net.IPv4(127, 0, 0, 2), mu: new(sync.Mutex), codes: map[string]map[int]int{}}
 	var wg sync.WaitGroup
 	for range slowRequests {
 		wg.Go(func() { f.post("slow", slowBytes, false, f.slowBody) })
@@ -196,8 +200,8 @@ func flood(t *testing.T, env *opsEnv, ns, goMemLimit string, memLimit int64, arg
 	phase1 := results()
 	// Two more clients, each within its share, together past the budget.
 	big := []*flooder{
-		{addr: addr, src: net.IPv4(127, 0, 0, 3), codes: f.codes},
-		{addr: addr, src: net.IPv4(127, 0, 0, 4), codes: f.codes},
+		{addr: addr, src: net.IPv4(127, 0, 0, 3), mu: f.mu, codes: f.codes},
+		{addr: addr, src: net.IPv4(127, 0, 0, 4), mu: f.mu, codes: f.codes},
 	}
 	for i := range largeRequests {
 		g := big[i%len(big)]
@@ -356,4 +360,28 @@ func readManifest(t *testing.T, path string, into any) {
 	if err := yaml.Unmarshal(data, into); err != nil {
 		t.Fatalf("%s: %v", path, err)
 	}
+}
+
+var (
+	plainBuild    sync.Once
+	plainBinary   string
+	plainBuildErr error
+)
+
+// plainControllerBinary builds bar-controller without the race detector,
+// once per test process, for the memory verdicts above.
+func plainControllerBinary(t *testing.T) string {
+	t.Helper()
+	plainBuild.Do(func() {
+		dir, err := os.MkdirTemp("", "bar-e2e-plain")
+		if err != nil {
+			plainBuildErr = err
+			return
+		}
+		plainBinary, plainBuildErr = testcluster.BuildControllerWithoutRace(dir)
+	})
+	if plainBuildErr != nil {
+		t.Fatal(plainBuildErr)
+	}
+	return plainBinary
 }
