@@ -16,9 +16,12 @@ limitations under the License.
 
 // Package charts holds the tests of the Helm chart in bar-controller/:
 // that its objects are artifacts/'s, as kubectl kustomize renders them,
-// that helm lint passes, and that its values schema refuses bad values.
-// They need helm ($HELM, make test-chart builds it from source) and
-// kubectl ($KUBE_BIN_DIR).
+// that helm lint passes, that its values schema refuses bad values, and
+// (upgrade_test.go, on a real API server) that helm upgrade from the
+// previous chart, helm uninstall and a reinstall leave every Bar and its
+// Deployment untouched. They need helm ($HELM, make test-chart builds it
+// from source) and kubectl ($KUBE_BIN_DIR); the upgrade test needs etcd
+// and kube-apiserver there too.
 package charts
 
 import (
