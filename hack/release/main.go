@@ -25,6 +25,9 @@ limitations under the License.
 //   - install.yaml and install-namespaced.yaml, artifacts/ and
 //     artifacts/namespaced rendered with kubectl kustomize and naming the
 //     image by the index's digest;
+//   - the Helm chart, charts/bar-controller packaged as
+//     bar-controller-X.Y.Z.tgz with the release's version and the image by
+//     the same digest (chart.go, no helm needed);
 //   - an SPDX SBOM of each binary's modules, attached in the registry to
 //     the image holding the binary (attach.go), release notes from the
 //     commits since the last tag, and SHA256SUMS over the bundle.
@@ -72,6 +75,7 @@ type result struct {
 	commit  string
 	index   v1.Hash
 	ref     string             // repo@sha256:..., what install.yaml runs
+	chart   string             // the chart archive's file name
 	images  map[string]v1.Hash // by platform
 	created time.Time          // the commit's
 	// goVersion is the toolchain the binaries were built with, as they
@@ -116,7 +120,7 @@ func main() {
 	for _, p := range cfg.platforms {
 		fmt.Printf("  %-12s %s\n", p, res.images[p])
 	}
-	fmt.Printf("  install.yaml runs %s\n  bundle in %s\n", res.ref, cfg.out)
+	fmt.Printf("  install.yaml and %s run %s\n  bundle in %s\n", res.chart, res.ref, cfg.out)
 }
 
 func fail(err error) {
@@ -195,6 +199,9 @@ func run(ctx context.Context, c config) (*result, error) {
 
 	if err := renderManifests(ctx, c.kubectl, filepath.Join(src, "artifacts"), c.out, c.repo, res.index); err != nil {
 		return nil, err
+	}
+	if res.chart, err = packageChart(src, c.out, c.version, chartImage{repository: c.repo, tag: c.version, digest: res.index}, res.created); err != nil {
+		return nil, fmt.Errorf("packaging the chart: %w", err)
 	}
 	for _, b := range binaries {
 		if err := writeSBOM(b, c.version, res.created); err != nil {

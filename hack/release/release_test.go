@@ -97,7 +97,7 @@ func TestReleaseIsReproducible(t *testing.T) {
 	}
 	for _, f := range []string{"install.yaml", "install-namespaced.yaml", "RELEASE_NOTES.md", "image.txt",
 		"bar-controller-linux-amd64", "bar-controller-linux-arm64",
-		"bar-controller-linux-amd64.spdx.json", "bar-controller-linux-arm64.spdx.json"} {
+		"bar-controller-linux-amd64.spdx.json", "bar-controller-linux-arm64.spdx.json", chartFile(cfg.version)} {
 		if !bytes.Contains(sums[0], []byte("  "+f+"\n")) {
 			t.Errorf("SHA256SUMS does not list %s:\n%s", f, sums[0])
 		}
@@ -173,11 +173,20 @@ func checkBundle(t *testing.T, dir string, cfg config, res *result) {
 			t.Errorf("the %s SBOM describes %q", arch, doc.Packages[0].PackageComment)
 		}
 	}
+	// The chart runs what install.yaml runs (chart_test.go checks the
+	// rest of the packaging, and renders it with helm).
+	tgz, err := os.ReadFile(filepath.Join(dir, chartFile(cfg.version)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkChartArchive(t, tgz, res.created, chartVersion(cfg.version), cfg.version,
+		chartImage{repository: "bar-controller", tag: cfg.version, digest: res.index})
+
 	notes, err := os.ReadFile(filepath.Join(dir, "RELEASE_NOTES.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{res.ref, "- " + res.commit[:12] + " "} {
+	for _, want := range []string{res.ref, "- " + res.commit[:12] + " ", "helm install bar-controller " + chartFile(cfg.version) + " "} {
 		if !bytes.Contains(notes, []byte(want)) {
 			t.Errorf("the release notes lack %q:\n%s", want, notes)
 		}
