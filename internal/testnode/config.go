@@ -32,6 +32,9 @@ var (
 	containerdSocket = filepath.Join(BaseDir, "containerd.sock")
 	cniConfDir       = filepath.Join(BaseDir, "cni", "net.d")
 	podLogsDir       = filepath.Join(BaseDir, "pod-logs")
+	// registryConfigDir is the CRI plugin's registry config_path: one
+	// directory per registry host, holding its hosts.toml (registry.go).
+	registryConfigDir = filepath.Join(BaseDir, "containerd", "certs.d")
 )
 
 // containerdConfig is containerd's configuration (version 2, containerd
@@ -55,6 +58,10 @@ func containerdConfig(sandboxImage, cniBinDir string) ([]byte, error) {
 				"restrict_oom_score_adj": true,
 				"stream_server_address":  "127.0.0.1",
 				"stream_server_port":     "0",
+				// Where a registry host's hosts.toml is looked up, at each
+				// pull (TrustRegistry writes one); a host without one is
+				// reached over HTTPS, as by default.
+				"registry": map[string]any{"config_path": registryConfigDir},
 				"cni": map[string]any{
 					"bin_dir":      cniBinDir,
 					"conf_dir":     cniConfDir,

@@ -17,7 +17,8 @@ limitations under the License.
 // Package testnode runs a real Kubernetes node on this machine for the
 // tests: Debian's containerd and runc, a kubelet built from source
 // (hack/install-k8s-binaries.sh), the CNI bridge plugin on a subnet of its
-// own, and images imported from OCI archives, with no registry. Pods run for
+// own, and images imported from OCI archives, with no registry, or pulled
+// from one a test serves on loopback (TrustRegistry). Pods run for
 // real: their containers are processes, their probes real HTTP requests,
 // their logs files the kubelet serves to kubectl logs.
 //
