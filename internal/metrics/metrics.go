@@ -114,6 +114,7 @@ func NewRegistry() *prometheus.Registry {
 	)
 	reg.MustRegister(authCollectors()...)
 	reg.MustRegister(conversionCollectors()...)
+	reg.MustRegister(certificateCollector{})
 	reg.MustRegister(concurrencyCollectors()...)
 	workqueue.SetProvider(workqueueMetrics{})
 	clientmetrics.Register(clientmetrics.RegisterOpts{
