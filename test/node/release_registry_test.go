@@ -118,7 +118,7 @@ func tools(t *testing.T) (helm, cosign string) {
 	t.Helper()
 	helm, cosign = os.Getenv("HELM"), os.Getenv("COSIGN")
 	if helm == "" || cosign == "" {
-		msg := "needs $HELM and $COSIGN: hack/install-tool.sh helm and hack/install-tool.sh cosign print their directories"
+		msg := "needs $HELM and $COSIGN naming helm and cosign: hack/install-tool.sh helm (or cosign) prints the directory each is built into"
 		if os.Getenv(RequireNodeEnv) != "" {
 			t.Fatal(msg)
 		}
