@@ -129,8 +129,8 @@ func notOnNode(t *testing.T, e *env, rel *release, remove bool) {
 // and nothing of the other platform's. The layers are required only with
 // layers: once an earlier install has unpacked them, containerd skips
 // fetching a layer whose snapshot is still there (held by the stopped
-// containers the kubelet has not collected yet), which it was in one run
-// of two.
+// containers the kubelet has not collected yet): the second install
+// fetched the layer again in one run of five, only the config in four.
 func checkPulled(t *testing.T, requests map[string]int, rel *release, layers bool) {
 	t.Helper()
 	t.Logf("registry requests during the install: %v", requests)
