@@ -19,6 +19,8 @@ package main
 import (
 	"bytes"
 	"debug/elf"
+	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,6 +30,7 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	spdxjson "github.com/spdx/tools-golang/json"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
 	"github.com/barcontroller/bar-controller/internal/testcluster"
 )
@@ -158,6 +161,7 @@ func checkBundle(t *testing.T, dir string, cfg config, res *result) {
 		if hasCRD := bytes.Contains(data, []byte("\nkind: CustomResourceDefinition\n")); hasCRD != (file == "install.yaml") {
 			t.Errorf("%s holds the CRD: %v", file, hasCRD)
 		}
+		checkUninstallSelector(t, file, data)
 	}
 	for _, arch := range []string{"amd64", "arm64"} {
 		f, err := os.Open(filepath.Join(dir, "bar-controller-linux-"+arch+".spdx.json"))
@@ -190,5 +194,45 @@ func checkBundle(t *testing.T, dir string, cfg config, res *result) {
 		if !bytes.Contains(notes, []byte(want)) {
 			t.Errorf("the release notes lack %q:\n%s", want, notes)
 		}
+	}
+}
+
+// uninstallSelector is the label the README's uninstall deletes by:
+// kubectl delete -f install.yaml -l app.kubernetes.io/name=bar-controller.
+const uninstallSelector = "app.kubernetes.io/name"
+
+// checkUninstallSelector: every object of a manifest carries the label
+// but the CRD, so that deleting by it removes the install and keeps the
+// CRD, and with it every Bar and the Deployments they own.
+func checkUninstallSelector(t *testing.T, file string, data []byte) {
+	t.Helper()
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	n := 0
+	for {
+		var obj struct {
+			Kind     string
+			Metadata struct {
+				Name   string
+				Labels map[string]string
+			}
+		}
+		err := dec.Decode(&obj)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		if obj.Kind == "" {
+			continue
+		}
+		n++
+		labelled := obj.Metadata.Labels[uninstallSelector] == "bar-controller"
+		if labelled == (obj.Kind == "CustomResourceDefinition") {
+			t.Errorf("%s: %s %s has %s=bar-controller: %v; want it on everything but the CRD", file, obj.Kind, obj.Metadata.Name, uninstallSelector, labelled)
+		}
+	}
+	if n < 10 {
+		t.Errorf("%s: %d objects decoded", file, n)
 	}
 }
