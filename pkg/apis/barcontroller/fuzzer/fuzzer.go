@@ -52,43 +52,73 @@ func Funcs(_ runtimeserializer.CodecFactory) []interface{} {
 				*q = *resource.NewQuantity(c.Int63n(1<<20)<<10, resource.BinarySI)
 			}
 		},
-		// The internal version and v1 never carry ResourcesAnnotation: it is
-		// v1alpha1's spelling of spec.template.resources and reserved.
+		// Every version may carry ResourcesAnnotation in every form. v1
+		// (and the hub, which has its shape) refuses the key at admission,
+		// but a Bar written before that policy, or where it is not
+		// installed, may still carry it, and a round trip through v1alpha1
+		// must keep it and its resources apart.
 		func(b *barcontroller.Bar, c randfill.Continue) {
 			c.FillNoCustom(b)
-			delete(b.Annotations, barv1alpha1.ResourcesAnnotation)
+			b.Annotations = withResourcesAnnotation(b.Annotations, c)
 		},
 		func(b *barv1.Bar, c randfill.Continue) {
 			c.FillNoCustom(b)
-			delete(b.Annotations, barv1alpha1.ResourcesAnnotation)
+			b.Annotations = withResourcesAnnotation(b.Annotations, c)
 		},
-		// A v1alpha1 Bar may carry the annotation in every form a client can
-		// write: absent, as conversion writes it, with nothing in it, or
-		// not resources at all.
 		func(b *barv1alpha1.Bar, c randfill.Continue) {
 			c.FillNoCustom(b)
-			var value string
-			switch c.Intn(4) {
-			case 0:
-				delete(b.Annotations, barv1alpha1.ResourcesAnnotation)
-				return
-			case 1:
-				var r corev1.ResourceRequirements
-				c.Fill(&r)
-				encoded, err := json.Marshal(&r)
-				if err != nil {
-					panic(err)
-				}
-				value = string(encoded)
-			case 2:
-				value = "{}"
-			default:
-				value = c.String(0)
-			}
-			if b.Annotations == nil {
-				b.Annotations = map[string]string{}
-			}
-			b.Annotations[barv1alpha1.ResourcesAnnotation] = value
+			b.Annotations = withResourcesAnnotation(b.Annotations, c)
 		},
 	}
+}
+
+// withResourcesAnnotation returns annotations with ResourcesAnnotation in
+// one of the forms a client can write, each as conversion would write it
+// (a round trip gives conversion's bytes back, not the client's): absent;
+// resources in JSON; resources in JSON that say nothing; not resources at
+// all; or the form conversion gives a v1 Bar's own value of the key with
+// its resources. Under the hub and v1, every value is an ordinary
+// annotation; under v1alpha1 each form means what the annotation's doc
+// says.
+func withResourcesAnnotation(annotations map[string]string, c randfill.Continue) map[string]string {
+	var value string
+	switch c.Intn(5) {
+	case 0:
+		delete(annotations, barv1alpha1.ResourcesAnnotation)
+		return annotations
+	case 1:
+		var r corev1.ResourceRequirements
+		c.Fill(&r)
+		value = mustJSON(&r)
+	case 2:
+		value = "{}"
+	case 3:
+		value = c.String(0)
+	default:
+		// Resources that say something, so that conversion writes this
+		// form rather than the value alone.
+		var r corev1.ResourceRequirements
+		c.Fill(&r)
+		if r.Requests == nil {
+			r.Requests = corev1.ResourceList{}
+		}
+		r.Requests[corev1.ResourceCPU] = *resource.NewMilliQuantity(c.Int63n(100000)+1, resource.DecimalSI)
+		value = mustJSON(&struct {
+			Annotation string                       `json:"annotation"`
+			Resources  *corev1.ResourceRequirements `json:"resources"`
+		}{c.String(0), &r})
+	}
+	if annotations == nil {
+		annotations = map[string]string{}
+	}
+	annotations[barv1alpha1.ResourcesAnnotation] = value
+	return annotations
+}
+
+func mustJSON(v any) string {
+	encoded, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return string(encoded)
 }

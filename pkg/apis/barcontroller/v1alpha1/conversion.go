@@ -27,9 +27,9 @@ import (
 )
 
 // ResourcesAnnotation holds, on a Bar read through v1alpha1, the container
-// resources of v1's spec.template.resources as JSON (a
-// core/v1 ResourceRequirements), because v1alpha1 has no field for them. It
-// is how Kubernetes keeps a newer field through an older version (compare
+// resources of v1's spec.template.resources as JSON (a core/v1
+// ResourceRequirements), because v1alpha1 has no field for them. It is how
+// Kubernetes keeps a newer field through an older version (compare
 // autoscaling/v1's HorizontalPodAutoscaler annotations), and it makes a
 // round trip lossless: v1 -> v1alpha1 -> v1 keeps the resources.
 //
@@ -37,22 +37,31 @@ import (
 //   - Read, change something else, write back (update, or a patch or apply
 //     that does not mention the annotation): the annotation goes back as it
 //     was, and the resources stay.
-//   - Change its JSON: that is how a v1alpha1 client sets v1's resources.
-//   - Remove it: the resources are cleared, as removing the field in v1
-//     would.
-//   - Set it to something that is not a ResourceRequirements in JSON
-//     (unknown fields included), or to one without requests, limits or
-//     claims: it stays an ordinary annotation, visible in every version, and
-//     the Bar has no resources. Conversion never fails over it, because a
-//     failing conversion would also fail every list and watch that includes
-//     the Bar.
+//   - Create a Bar with it: the Bar has those resources.
+//   - Change or remove it on an existing Bar: the resources change, but the
+//     API server bumps metadata.generation only for a change it sees in
+//     v1alpha1's spec, so the admission policy shipped with the CRD
+//     (artifacts/crd/admission) refuses a resources change that comes
+//     without one; make it in v1. Without the policy it goes through
+//     unnoticed by status.observedGeneration.
+//
+// Whatever is not a ResourceRequirements in JSON with requests, limits or
+// claims (unknown fields included) stays an ordinary annotation here, so
+// that conversion never fails over it: a failing conversion would also fail
+// every list and watch that includes the Bar. The policy refuses such a
+// write, and claims, as v1 would; conversion accepts what the policy
+// refuses, since it also reads Bars stored before the policy existed.
 //
 // Valid JSON comes back in Go's encoding of the struct (quantities in
 // canonical form, e.g. "0.1" as "100m"): the same resources, maybe other bytes.
 //
-// The internal version (and v1, which has its shape) never carries a valid
-// value under this key: converting from v1alpha1 moves it into
-// spec.template.resources, and converting to v1alpha1 writes it afresh.
+// A v1 Bar never carries this key (the policy refuses it), but one written
+// before the policy may. Converting to v1alpha1 then writes its value and
+// the resources together, as {"annotation":<its value>,"resources":<them>}
+// (see carried), unless the value is one that comes back unchanged by
+// itself. Converting from v1alpha1 takes both out again: the round trip is
+// lossless for every v1 Bar, and a stale value under the key never becomes
+// resources.
 const ResourcesAnnotation = "barcontroller.dev/v1-template-resources"
 
 // The two spec conversions below are the fields whose path changed between
@@ -84,6 +93,68 @@ func Convert_barcontroller_BarSpec_To_v1alpha1_BarSpec(in *barcontroller.BarSpec
 	return nil
 }
 
+// carried is the form ResourcesAnnotation takes when a v1 Bar carries the
+// key itself: its own value and its resources. Annotation is never nil in
+// this form, which tells it apart from a ResourceRequirements (whose JSON
+// has no such field, and which would fail strict decoding into this type).
+type carried struct {
+	Annotation *string                      `json:"annotation"`
+	Resources  *corev1.ResourceRequirements `json:"resources,omitempty"`
+}
+
+// fromAnnotation reads a value of ResourcesAnnotation as conversion from
+// v1alpha1 takes it: the resources it gives the Bar, and what stays under
+// the key (nil for nothing).
+func fromAnnotation(encoded string) (corev1.ResourceRequirements, *string) {
+	var c carried
+	if strict, err := sigsjson.UnmarshalStrict([]byte(encoded), &c); err == nil && len(strict) == 0 && c.Annotation != nil {
+		var resources corev1.ResourceRequirements
+		if c.Resources != nil {
+			resources = *c.Resources
+		}
+		return resources, c.Annotation
+	}
+	var resources corev1.ResourceRequirements
+	strict, err := sigsjson.UnmarshalStrict([]byte(encoded), &resources)
+	if err != nil || len(strict) > 0 || isEmpty(&resources) {
+		// Not resources (or none): an ordinary annotation.
+		return corev1.ResourceRequirements{}, &encoded
+	}
+	return resources, nil
+}
+
+// toAnnotation is the value of ResourcesAnnotation that fromAnnotation
+// reads back as exactly these resources and this value under the key, or
+// nil when there is nothing to write.
+func toAnnotation(resources *corev1.ResourceRequirements, value *string) (*string, error) {
+	if value == nil {
+		if isEmpty(resources) {
+			return nil, nil
+		}
+		encoded, err := json.Marshal(resources)
+		if err != nil {
+			return nil, err
+		}
+		return ptrTo(string(encoded)), nil
+	}
+	if isEmpty(resources) {
+		// A value that is neither resources nor the carried form comes
+		// back unchanged by itself, as it always has.
+		if back, kept := fromAnnotation(*value); isEmpty(&back) && kept != nil && *kept == *value {
+			return value, nil
+		}
+	}
+	c := carried{Annotation: value}
+	if !isEmpty(resources) {
+		c.Resources = resources
+	}
+	encoded, err := json.Marshal(&c)
+	if err != nil {
+		return nil, err
+	}
+	return ptrTo(string(encoded)), nil
+}
+
 // Convert_v1alpha1_Bar_To_barcontroller_Bar converts the Bar and takes the
 // resources out of ResourcesAnnotation (see its doc for the cases).
 func Convert_v1alpha1_Bar_To_barcontroller_Bar(in *Bar, out *barcontroller.Bar, s conversion.Scope) error {
@@ -94,17 +165,11 @@ func Convert_v1alpha1_Bar_To_barcontroller_Bar(in *Bar, out *barcontroller.Bar, 
 	if !ok {
 		return nil
 	}
-	var resources corev1.ResourceRequirements
-	strict, err := sigsjson.UnmarshalStrict([]byte(encoded), &resources)
-	if err != nil || len(strict) > 0 || isEmpty(&resources) {
-		// Not resources (or none): keep it as an ordinary annotation, so
-		// that converting back gives the same object.
-		return nil
-	}
+	resources, value := fromAnnotation(encoded)
 	out.Spec.Template.Resources = resources
 	// The generated code shares the annotations map with in; never change
 	// the object being converted from.
-	out.Annotations = withoutKey(out.Annotations, ResourcesAnnotation)
+	out.Annotations = withKey(out.Annotations, ResourcesAnnotation, value)
 	return nil
 }
 
@@ -114,19 +179,19 @@ func Convert_barcontroller_Bar_To_v1alpha1_Bar(in *barcontroller.Bar, out *Bar, 
 	if err := autoConvert_barcontroller_Bar_To_v1alpha1_Bar(in, out, s); err != nil {
 		return err
 	}
-	if isEmpty(&in.Spec.Template.Resources) {
-		return nil
+	var value *string
+	if v, ok := in.Annotations[ResourcesAnnotation]; ok {
+		value = &v
 	}
-	encoded, err := json.Marshal(&in.Spec.Template.Resources)
+	encoded, err := toAnnotation(&in.Spec.Template.Resources, value)
 	if err != nil {
 		return err
 	}
-	annotations := make(map[string]string, len(out.Annotations)+1)
-	for k, v := range out.Annotations {
-		annotations[k] = v
+	if encoded == nil || value != nil && *encoded == *value {
+		// Nothing to write, or already there: out shares in's map, as is.
+		return nil
 	}
-	annotations[ResourcesAnnotation] = string(encoded)
-	out.Annotations = annotations
+	out.Annotations = withKey(out.Annotations, ResourcesAnnotation, encoded)
 	return nil
 }
 
@@ -136,16 +201,23 @@ func isEmpty(r *corev1.ResourceRequirements) bool {
 	return len(r.Limits) == 0 && len(r.Requests) == 0 && len(r.Claims) == 0
 }
 
-// withoutKey returns a copy of m without key, or nil when nothing is left.
-func withoutKey(m map[string]string, key string) map[string]string {
-	if len(m) <= 1 {
-		return nil
-	}
-	out := make(map[string]string, len(m)-1)
+// withKey returns a copy of m with key set to *value, or without key when
+// value is nil; nil when nothing is left. m itself is never changed: it may
+// be shared with the object being converted from.
+func withKey(m map[string]string, key string, value *string) map[string]string {
+	out := make(map[string]string, len(m)+1)
 	for k, v := range m {
 		if k != key {
 			out[k] = v
 		}
 	}
+	if value != nil {
+		out[key] = *value
+	}
+	if len(out) == 0 {
+		return nil
+	}
 	return out
 }
+
+func ptrTo(s string) *string { return &s }

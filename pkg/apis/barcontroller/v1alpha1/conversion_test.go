@@ -62,63 +62,178 @@ func hubBar() *barcontroller.Bar {
 
 const resourcesJSON = `{"limits":{"memory":"128Mi"},"requests":{"cpu":"100m","memory":"64Mi"}}`
 
+// alphaBar is hubBar in v1alpha1, with annotation (nil: absent) under
+// ResourcesAnnotation.
+func alphaBar(annotation *string) *barv1alpha1.Bar {
+	b := &barv1alpha1.Bar{
+		ObjectMeta: metav1.ObjectMeta{Name: "example", Annotations: map[string]string{"team": "web"}},
+		Spec:       barv1alpha1.BarSpec{DeploymentName: "example-nginx", Replicas: ptr.To[int32](2), Image: "nginx:1.28.0"},
+	}
+	if annotation != nil {
+		b.Annotations[barv1alpha1.ResourcesAnnotation] = *annotation
+	}
+	return b
+}
+
+// hubWith is hubBar with these resources and annotation (nil: absent)
+// under ResourcesAnnotation.
+func hubWith(resources corev1.ResourceRequirements, annotation *string) *barcontroller.Bar {
+	b := hubBar()
+	b.Spec.Template.Resources = resources
+	if annotation != nil {
+		b.Annotations[barv1alpha1.ResourcesAnnotation] = *annotation
+	}
+	return b
+}
+
+// What a v1alpha1 client reads.
 func TestToV1alpha1(t *testing.T) {
-	var got barv1alpha1.Bar
-	if err := scheme(t).Convert(hubBar(), &got, nil); err != nil {
-		t.Fatal(err)
-	}
-	want := barv1alpha1.Bar{
-		ObjectMeta: metav1.ObjectMeta{Name: "example", Annotations: map[string]string{
-			"team":                          "web",
-			barv1alpha1.ResourcesAnnotation: resourcesJSON,
-		}},
-		Spec: barv1alpha1.BarSpec{DeploymentName: "example-nginx", Replicas: ptr.To[int32](2), Image: "nginx:1.28.0"},
-	}
-	if !apiequality.Semantic.DeepEqual(&want, &got) {
-		t.Errorf("(-want +got):\n%s", cmp.Diff(&want, &got))
+	resources := hubBar().Spec.Template.Resources
+	for _, tc := range []struct {
+		name     string
+		in       *barcontroller.Bar
+		wantAnno *string // under ResourcesAnnotation; nil: absent
+	}{{
+		name:     "resources: in JSON",
+		in:       hubWith(resources, nil),
+		wantAnno: ptr.To(resourcesJSON),
+	}, {
+		name: "no resources: no annotation",
+		in:   hubWith(corev1.ResourceRequirements{}, nil),
+	}, {
+		// From here on the v1 Bar carries the key itself, as one written
+		// before the admission policy may.
+		name:     "a value that is not resources, no resources: the value, which comes back as it is",
+		in:       hubWith(corev1.ResourceRequirements{}, ptr.To("not json")),
+		wantAnno: ptr.To("not json"),
+	}, {
+		name:     "resources that say nothing, no resources: the value",
+		in:       hubWith(corev1.ResourceRequirements{}, ptr.To("{}")),
+		wantAnno: ptr.To("{}"),
+	}, {
+		// The stale value of issue 31: written back as read, it would
+		// become the Bar's resources.
+		name:     "resources in the value, none in the spec: carried, so it cannot become resources",
+		in:       hubWith(corev1.ResourceRequirements{}, ptr.To(`{"limits":{"cpu":"2"}}`)),
+		wantAnno: ptr.To(`{"annotation":"{\"limits\":{\"cpu\":\"2\"}}"}`),
+	}, {
+		name:     "a value and resources: both carried, neither overwrites the other",
+		in:       hubWith(resources, ptr.To("not json")),
+		wantAnno: ptr.To(`{"annotation":"not json","resources":` + resourcesJSON + `}`),
+	}, {
+		name:     "the carried form as the value: carried again",
+		in:       hubWith(corev1.ResourceRequirements{}, ptr.To(`{"annotation":"x"}`)),
+		wantAnno: ptr.To(`{"annotation":"{\"annotation\":\"x\"}"}`),
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := tc.in.DeepCopy()
+			var got barv1alpha1.Bar
+			if err := scheme(t).Convert(tc.in, &got, nil); err != nil {
+				t.Fatal(err)
+			}
+			if want := alphaBar(tc.wantAnno); !apiequality.Semantic.DeepEqual(want, &got) {
+				t.Errorf("(-want +got):\n%s", cmp.Diff(want, &got))
+			}
+			if !apiequality.Semantic.DeepEqual(before, tc.in) {
+				t.Errorf("converting changed the hub Bar:\n%s", cmp.Diff(before, tc.in))
+			}
+		})
 	}
 }
 
-// What a v1alpha1 client's write means for the resources.
+// What a v1alpha1 client's write means for the resources. The admission
+// policy (artifacts/crd/admission) refuses some of these writes; the
+// conversion takes them all without an error, since it also reads Bars
+// stored before the policy.
 func TestFromV1alpha1(t *testing.T) {
-	noResources := hubBar()
-	noResources.Spec.Template.Resources = corev1.ResourceRequirements{}
+	resources := hubBar().Spec.Template.Resources
+	none := corev1.ResourceRequirements{}
+	claims := corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "gpu"}}}
 	for _, tc := range []struct {
 		name       string
 		annotation *string // nil: absent
-		want       func() *barcontroller.Bar
+		want       *barcontroller.Bar
 	}{{
 		name:       "written back as read: the resources stay",
 		annotation: ptr.To(resourcesJSON),
-		want:       hubBar,
+		want:       hubWith(resources, nil),
 	}, {
-		name:       "annotation removed: no resources",
-		annotation: nil,
-		want:       func() *barcontroller.Bar { return noResources.DeepCopy() },
+		name:       "quantities as a person writes them: the same resources",
+		annotation: ptr.To(`{"requests":{"cpu":"0.1","memory":"64Mi"},"limits":{"memory":"128Mi"}}`),
+		want:       hubWith(resources, nil),
+	}, {
+		name: "annotation removed: no resources",
+		want: hubWith(none, nil),
 	}, {
 		name:       "not resources: kept as an annotation, no resources, no error",
 		annotation: ptr.To(`{"cpu":"1"}`),
-		want: func() *barcontroller.Bar {
-			b := noResources.DeepCopy()
-			b.Annotations[barv1alpha1.ResourcesAnnotation] = `{"cpu":"1"}`
-			return b
-		},
+		want:       hubWith(none, ptr.To(`{"cpu":"1"}`)),
+	}, {
+		name:       "resources that say nothing: kept as an annotation",
+		annotation: ptr.To(`{}`),
+		want:       hubWith(none, ptr.To(`{}`)),
+	}, {
+		name:       "keys in another case: not resources (decoding is case-sensitive)",
+		annotation: ptr.To(`{"Limits":{"cpu":"1"}}`),
+		want:       hubWith(none, ptr.To(`{"Limits":{"cpu":"1"}}`)),
+	}, {
+		name:       "claims: resources with claims, which v1 would refuse (the policy does)",
+		annotation: ptr.To(`{"claims":[{"name":"gpu"}]}`),
+		want:       hubWith(claims, nil),
+	}, {
+		name:       "the carried form: the value and the resources apart",
+		annotation: ptr.To(`{"annotation":"not json","resources":` + resourcesJSON + `}`),
+		want:       hubWith(resources, ptr.To("not json")),
+	}, {
+		name:       "the carried form without resources: the value alone",
+		annotation: ptr.To(`{"annotation":"{\"limits\":{\"cpu\":\"2\"}}"}`),
+		want:       hubWith(none, ptr.To(`{"limits":{"cpu":"2"}}`)),
+	}, {
+		name:       "the carried form without a value: not that form, kept as an annotation",
+		annotation: ptr.To(`{"annotation":null,"resources":` + resourcesJSON + `}`),
+		want:       hubWith(none, ptr.To(`{"annotation":null,"resources":`+resourcesJSON+`}`)),
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
-			in := &barv1alpha1.Bar{
-				ObjectMeta: metav1.ObjectMeta{Name: "example", Annotations: map[string]string{"team": "web"}},
-				Spec:       barv1alpha1.BarSpec{DeploymentName: "example-nginx", Replicas: ptr.To[int32](2), Image: "nginx:1.28.0"},
-			}
-			if tc.annotation != nil {
-				in.Annotations[barv1alpha1.ResourcesAnnotation] = *tc.annotation
-			}
+			in := alphaBar(tc.annotation)
+			before := in.DeepCopy()
 			var got barcontroller.Bar
 			if err := scheme(t).Convert(in, &got, nil); err != nil {
 				t.Fatal(err)
 			}
-			if want := tc.want(); !apiequality.Semantic.DeepEqual(want, &got) {
-				t.Errorf("(-want +got):\n%s", cmp.Diff(want, &got))
+			if !apiequality.Semantic.DeepEqual(tc.want, &got) {
+				t.Errorf("(-want +got):\n%s", cmp.Diff(tc.want, &got))
+			}
+			if !apiequality.Semantic.DeepEqual(before, in) {
+				t.Errorf("converting changed the v1alpha1 Bar:\n%s", cmp.Diff(before, in))
 			}
 		})
+	}
+}
+
+// TestReadModifyWriteKeepsSpec is issue 31's lossy round trip: a v1 Bar
+// that carries the key, read in v1alpha1 and written back unchanged, must
+// come back with the spec and annotations it had. Before, a value that
+// was resources in JSON became the Bar's resources (and rolled its Pods),
+// and resources overwrote a value.
+func TestReadModifyWriteKeepsSpec(t *testing.T) {
+	resources := hubBar().Spec.Template.Resources
+	for _, v1 := range []*barcontroller.Bar{
+		hubWith(corev1.ResourceRequirements{}, ptr.To(`{"limits":{"cpu":"2"}}`)),
+		hubWith(resources, ptr.To(`{"limits":{"cpu":"2"}}`)),
+		hubWith(resources, ptr.To("anything")),
+		hubWith(corev1.ResourceRequirements{}, ptr.To(`{"annotation":"{}"}`)),
+	} {
+		var alpha barv1alpha1.Bar
+		if err := scheme(t).Convert(v1, &alpha, nil); err != nil {
+			t.Fatal(err)
+		}
+		var back barcontroller.Bar
+		if err := scheme(t).Convert(&alpha, &back, nil); err != nil {
+			t.Fatal(err)
+		}
+		if !apiequality.Semantic.DeepEqual(v1, &back) {
+			t.Errorf("through v1alpha1 (annotation %q) (-before +after):\n%s",
+				alpha.Annotations[barv1alpha1.ResourcesAnnotation], cmp.Diff(v1, &back))
+		}
 	}
 }

@@ -50,7 +50,8 @@ const DefaultImage = "nginx:1.28.0"
 // Version v1 has more fields: the container's resources (spec.template.resources
 // in v1) appear here as JSON in the annotation
 // barcontroller.dev/v1-template-resources; keep it when writing the Bar back
-// to keep them, remove it to clear them.
+// to keep them. Change them in v1: a change of the annotation alone would
+// not change metadata.generation, and is refused.
 type Bar struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
