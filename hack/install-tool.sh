@@ -4,9 +4,10 @@
 # requires, into bin/<tool>-<version>/, and prints that directory on
 # stdout (progress goes to stderr); a second run only prints it.
 #
-# Usage: hack/install-tool.sh helm|cosign
-#   helm:   the chart's tests (make test-chart)
-#   cosign: signing a release (make release COSIGN_KEY=...)
+# Usage: hack/install-tool.sh helm|cosign|promtool
+#   helm:     the chart's tests (make test-chart)
+#   cosign:   signing a release (make release COSIGN_KEY=...)
+#   promtool: the alerts' tests (make test-monitoring)
 set -o errexit -o nounset -o pipefail
 shopt -s inherit_errexit
 
@@ -40,8 +41,21 @@ case "${tool}" in
     version=$(mod_version "${module}")
     ldflags+=" -X sigs.k8s.io/release-utils/version.gitVersion=${version}"
     ;;
+  promtool)
+    module=github.com/prometheus/prometheus pkg=github.com/prometheus/prometheus/cmd/promtool
+    version=$(mod_version "${module}")
+    # Prometheus 3.X.Y is published as the Go module v0.3XX.Y; promtool
+    # --version says what its release Makefile (promu) stamps, the
+    # release's own number. The module zip has no git history: the
+    # revision is the module version.
+    if [[ "${version}" =~ ^v0\.([0-9]+)([0-9]{2})\.([0-9]+)$ ]]; then
+      release="${BASH_REMATCH[1]}.$((10#${BASH_REMATCH[2]})).${BASH_REMATCH[3]}"
+      ldflags+=" -X github.com/prometheus/common/version.Version=${release}"
+      ldflags+=" -X github.com/prometheus/common/version.Revision=${version}"
+    fi
+    ;;
   *)
-    echo "usage: hack/install-tool.sh helm|cosign" >&2
+    echo "usage: hack/install-tool.sh helm|cosign|promtool" >&2
     exit 2
     ;;
 esac
