@@ -198,3 +198,12 @@ release: ## Build release VERSION=vX.Y.Z of HEAD, no Docker: the image index for
 test-chart: ## Build helm from source once, then test charts/bar-controller: the same objects as kubectl kustomize of artifacts/ and artifacts/namespaced, helm lint --strict, the values schema refusing bad values.
 	helm_dir="$$(hack/install-tool.sh helm)" && kube_bin_dir="$$(hack/install-k8s-binaries.sh kubectl | tail -n 1)" && \
 	HELM="$$helm_dir/helm" KUBE_BIN_DIR="$$kube_bin_dir" BAR_REQUIRE_HELM=1 go test -count=1 ./charts
+
+# The alerts' tests need promtool, which no other target does: it is built
+# from source once (hack/install-tool.sh promtool, version in
+# hack/tools/promtool/go.mod) into bin/promtool-<version>/, as helm is.
+# make test runs the rest of test/monitoring, and skips these without it.
+.PHONY: test-monitoring
+test-monitoring: ## Build promtool from source once, then test artifacts/monitoring: promtool check rules and test rules (every alert fires and stays silent), a runbook section per alert, every metric the alerts and the dashboard query exported by the controller.
+	promtool_dir="$$(hack/install-tool.sh promtool)" && \
+	PROMTOOL="$$promtool_dir/promtool" BAR_REQUIRE_PROMTOOL=1 go test -count=1 ./test/monitoring
