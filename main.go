@@ -49,6 +49,7 @@ import (
 	"github.com/barcontroller/bar-controller/internal/metrics"
 	"github.com/barcontroller/bar-controller/internal/probes"
 	"github.com/barcontroller/bar-controller/internal/serving"
+	"github.com/barcontroller/bar-controller/internal/webhookcert"
 	clientset "github.com/barcontroller/bar-controller/pkg/generated/clientset/versioned"
 	informers "github.com/barcontroller/bar-controller/pkg/generated/informers/externalversions"
 )
@@ -86,6 +87,7 @@ func run(ctx context.Context, opts options) error {
 	// Before any client or work queue exists: they pick up the providers.
 	registry := metrics.NewRegistry()
 	registry.MustRegister(metrics.BuildInfo(version, buildCommit(), goruntime.Version()))
+	registry.MustRegister(webhookcert.Collectors()...)
 
 	cfg, err := restConfig(opts)
 	if err != nil {

@@ -21,8 +21,11 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/barcontroller/bar-controller/internal/webhookcert"
 )
 
 // Names of the objects in the install manifests (artifacts/install) and the
@@ -49,6 +52,11 @@ type Options struct {
 	SecretNamespace, SecretName string
 	// CertNames are the names the API server calls the webhook by.
 	CertNames []string
+	// CertSyncPeriod is how often each replica reads the Secret and the
+	// CRD once its certificate is served and trusted; CertGracePeriod how
+	// long a new CA is in the CRD's caBundle before a certificate it
+	// signed is served, and a superseded one stays (webhookcert.Keeper).
+	CertSyncPeriod, CertGracePeriod time.Duration
 	// Only serves the webhook and nothing else: no informers, no leader
 	// election, no syncs. For rolling the controller back to a release
 	// without a webhook while the CRD stores v1 (artifacts/conversion-only).
@@ -65,7 +73,9 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.BindAddress, "conversion-webhook-bind-address", "0", "Address of the Bar CRD's conversion webhook (HTTPS, path "+Path+"), served by every replica; 0 disables it. Without it, requests for Bars in a version other than the stored one fail.")
 	fs.StringVar(&o.secret, "conversion-webhook-secret", "", "namespace/name of the Secret the replicas keep the webhook's certificate in (shipped empty, filled by the controller). Default: <the Pod's namespace>/"+SecretName+".")
 	fs.BoolVar(&o.Only, "conversion-webhook-only", false, "Serve only the conversion webhook and the probes: watch nothing, sync nothing. For keeping conversion served while a release without a webhook runs the controller (a rollback; artifacts/conversion-only).")
-	fs.StringVar(&o.certNames, "conversion-webhook-cert-names", "", "Comma-separated DNS names or IP addresses the API server calls the webhook by; the certificate is valid for each. Default: "+ServiceName+".<namespace of the Secret>.svc and .svc.cluster.local.")
+	fs.StringVar(&o.certNames, "conversion-webhook-cert-names", "", "Comma-separated DNS names or IP addresses the API server calls the webhook by; the certificate is valid for each (and for the names other replicas sharing the Secret need). Default: "+ServiceName+".<namespace of the Secret>.svc and .svc.cluster.local.")
+	fs.DurationVar(&o.CertSyncPeriod, "conversion-webhook-cert-sync-period", webhookcert.DefaultPeriod, "How often each replica reads the webhook's Secret and the CRD's caBundle once its certificate is served and trusted.")
+	fs.DurationVar(&o.CertGracePeriod, "conversion-webhook-cert-grace-period", webhookcert.DefaultGrace, "How long a new CA is in the CRD's caBundle before any replica serves a certificate it signed, and how long a superseded CA stays there. At least twice --conversion-webhook-cert-sync-period, so every replica reads the Secret in between.")
 }
 
 // Enabled says whether the webhook is served.
@@ -82,6 +92,12 @@ func (o *Options) Complete(namespace string) error {
 		if _, _, err := net.SplitHostPort(o.BindAddress); err != nil {
 			return fmt.Errorf("--conversion-webhook-bind-address %q: %w", o.BindAddress, err)
 		}
+	}
+	if o.CertSyncPeriod <= 0 {
+		return fmt.Errorf("--conversion-webhook-cert-sync-period must be positive, not %v", o.CertSyncPeriod)
+	}
+	if o.CertGracePeriod < 2*o.CertSyncPeriod {
+		return fmt.Errorf("--conversion-webhook-cert-grace-period %v is less than twice --conversion-webhook-cert-sync-period %v: a replica could still serve a certificate when its CA leaves the caBundle", o.CertGracePeriod, o.CertSyncPeriod)
 	}
 	o.SecretNamespace, o.SecretName = namespace, SecretName
 	if o.secret != "" {

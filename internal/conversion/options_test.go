@@ -17,7 +17,9 @@ limitations under the License.
 package conversion
 
 import (
+	"cmp"
 	"flag"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -31,6 +33,7 @@ func TestOptions(t *testing.T) {
 		wantEnabled        bool
 		wantSecret         string
 		wantNames, wantErr string
+		wantPeriods        string // sync/grace; empty: the defaults
 	}{
 		{args: nil, wantEnabled: false, wantSecret: "ctl-ns/bar-controller-webhook",
 			wantNames: "bar-controller-webhook.ctl-ns.svc,bar-controller-webhook.ctl-ns.svc.cluster.local"},
@@ -56,6 +59,13 @@ func TestOptions(t *testing.T) {
 		{args: []string{"--conversion-webhook-secret=Ns/certs"}, wantErr: "want namespace/name"},
 		{args: []string{"--conversion-webhook-cert-names=a.svc,,b.svc"}, wantErr: "neither a DNS name nor an IP address"},
 		{args: []string{"--conversion-webhook-cert-names=https://127.0.0.1"}, wantErr: "neither a DNS name nor an IP address"},
+		// The keeper's periods (webhookcert.Keeper): a superseded CA must
+		// outlast every replica's next read of the Secret.
+		{args: []string{"--conversion-webhook-cert-sync-period=0s"}, wantErr: "must be positive"},
+		{args: []string{"--conversion-webhook-cert-sync-period=1m", "--conversion-webhook-cert-grace-period=90s"},
+			wantErr: "less than twice --conversion-webhook-cert-sync-period"},
+		{args: []string{"--conversion-webhook-cert-sync-period=1s", "--conversion-webhook-cert-grace-period=2s"}, wantSecret: "ctl-ns/bar-controller-webhook",
+			wantNames: "bar-controller-webhook.ctl-ns.svc,bar-controller-webhook.ctl-ns.svc.cluster.local", wantPeriods: "1s/2s"},
 	} {
 		var o Options
 		fs := flag.NewFlagSet("test", flag.ContinueOnError)
@@ -82,6 +92,9 @@ func TestOptions(t *testing.T) {
 		}
 		if got := strings.Join(o.CertNames, ","); got != tc.wantNames {
 			t.Errorf("%v: certificate names %s, want %s", tc.args, got, tc.wantNames)
+		}
+		if got, want := fmt.Sprintf("%v/%v", o.CertSyncPeriod, o.CertGracePeriod), cmp.Or(tc.wantPeriods, "1m0s/5m0s"); got != want {
+			t.Errorf("%v: keeper periods %s, want %s", tc.args, got, want)
 		}
 	}
 }

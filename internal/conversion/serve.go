@@ -83,6 +83,7 @@ func start(ctx context.Context, o Options, kube kubernetes.Interface, ext apiext
 		Namespace: o.SecretNamespace, SecretName: o.SecretName, CRDName: CRDName,
 		Names:    o.CertNames,
 		Validity: webhookcert.DefaultValidity, RotateBefore: webhookcert.DefaultRotateBefore,
+		Period: o.CertSyncPeriod, Grace: o.CertGracePeriod,
 	}
 	mux := http.NewServeMux()
 	mux.Handle(Path, limited(newBudget(budgetBytes, addressShare), NewConverter()))

@@ -28,12 +28,24 @@ limitations under the License.
 // bundle into the CRD. The RBAC is exactly that: get and update of one
 // Secret, get and patch of one CRD, both by name.
 //
-// A rotation must never leave the API server facing a certificate it does
-// not trust, so it takes two steps a reconcile apart. First a new pair is
-// made and kept beside the current one as "next", and its CA joins the
-// bundle; only once the CRD carries that bundle is next promoted to the
-// served pair. The old CA stays in the bundle until it expires, so a
-// replica that still serves the old pair for a minute stays trusted.
+// Replicas may need different names (a rollout that changes
+// --conversion-webhook-cert-names, conversion-only replicas started with
+// other flags): a replica whose names the Secret's certificate lacks
+// makes one for the union of its names and the certificate's, so each
+// name set is added once and the replicas converge on one certificate
+// instead of replacing each other's (plan). A replica that is not the
+// webhook the CRD calls (its names lack the one the API server checks),
+// or that keeps another Secret than the one the CRD's bundle comes from,
+// refuses: it writes nothing, is not ready, and says why (refusal).
+//
+// A new certificate never meets an API server that does not trust it
+// (make before break): it waits as "next" until its CA has been in the
+// CRD's bundle for a grace period, recorded in the Secret, and the CA it
+// supersedes stays in the bundle for another grace period, so every
+// replica has loaded the new pair before the old one stops being
+// trusted. Then it leaves: the bundle holds the served CA, at most one
+// next and, for a grace period, the superseded ones; expired CAs go at
+// once.
 //
 // The certificates come from client-go's util/cert: a serving certificate
 // signed by a CA made for it alone (GenerateSelfSignedCertKeyWithOptions
@@ -45,33 +57,19 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
-	"slices"
 	"sync/atomic"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/util/cert"
-	"k8s.io/client-go/util/keyutil"
 	"k8s.io/klog/v2"
-)
-
-// Keys of the Secret.
-const (
-	certKey     = corev1.TLSCertKey       // the served certificate, then its CA
-	keyKey      = corev1.TLSPrivateKeyKey // its private key
-	bundleKey   = "ca.crt"                // every CA the API server must trust
-	nextCertKey = "next.crt"              // a rotation's new pair, not served yet
-	nextKeyKey  = "next.key"
 )
 
 // Keeper keeps the serving certificate in the Secret and its CAs in the
@@ -89,30 +87,63 @@ type Keeper struct {
 	// Validity is how long a certificate is valid; RotateBefore how long
 	// before its end a new one takes over.
 	Validity, RotateBefore time.Duration
+	// Period is how often a pass runs once the certificate is served and
+	// trusted (DefaultPeriod if zero).
+	Period time.Duration
+	// Grace is how long a new CA is in the CRD's bundle before a
+	// certificate it signed is served, and how long a superseded CA stays
+	// (DefaultGrace if zero). At least a few Periods: every replica must
+	// have read the Secret in between.
+	Grace time.Duration
 
 	now     func() time.Time
 	current atomic.Pointer[tls.Certificate]
-	trusted atomic.Bool // the CRD's bundle trusts the served certificate's CA
+	// unready is why the webhook cannot be called, as the last pass
+	// found; nil once it can.
+	unready atomic.Pointer[error]
+	started atomic.Bool // a pass has set unready
 }
 
 // Defaults for Validity and RotateBefore: rotated after two of three
-// months, so a replica that fails to rotate has a month of warnings.
+// months, so a replica that fails to rotate has a month of warnings. For
+// Period and Grace: a pass a minute, and five minutes for the API servers
+// to take up a new caBundle and for every replica to load a new pair.
 const (
 	DefaultValidity     = 90 * 24 * time.Hour
 	DefaultRotateBefore = 30 * 24 * time.Hour
+	DefaultPeriod       = time.Minute
+	DefaultGrace        = 5 * time.Minute
 )
 
-// Run reconciles until ctx ends: every few seconds until the certificate
-// is served and trusted, then every minute.
+func (k *Keeper) period() time.Duration { return cmpOr(k.Period, DefaultPeriod) }
+func (k *Keeper) grace() time.Duration  { return cmpOr(k.Grace, DefaultGrace) }
+
+func cmpOr(d, def time.Duration) time.Duration {
+	if d > 0 {
+		return d
+	}
+	return def
+}
+
+// Run reconciles until ctx ends: every Period once the certificate is
+// served and trusted or the keeper refuses, every few seconds until then.
 func (k *Keeper) Run(ctx context.Context) {
 	logger := klog.FromContext(ctx).WithName("webhook-cert")
+	ctx = klog.NewContext(ctx, logger)
 	for {
-		wait := time.Minute
-		if err := k.Reconcile(ctx); err != nil {
+		wait := k.period()
+		var refused *RefusedError
+		err := k.Reconcile(ctx)
+		switch {
+		case errors.As(err, &refused):
+			// Nothing to retry soon: another replica's configuration, or
+			// this one's, must change. Said every period, where it is read.
+			logger.Error(err, "Not keeping the conversion webhook's certificate")
+		case err != nil:
 			logger.Error(err, "Keeping the conversion webhook's certificate failed; will retry")
-			wait = 5 * time.Second
-		} else if k.Ready() != nil {
-			wait = 2 * time.Second
+			wait = min(wait, 5*time.Second)
+		case k.Ready() != nil:
+			wait = min(wait, 2*time.Second)
 		}
 		select {
 		case <-ctx.Done():
@@ -130,20 +161,32 @@ func (k *Keeper) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) 
 	return nil, errors.New("no serving certificate yet")
 }
 
-// Ready says whether the webhook can be called: it has a certificate and
-// the CRD's bundle trusts it.
+// Ready says whether the webhook can be called: it serves a certificate
+// that the CRD's bundle trusts and that is valid for the name the CRD
+// calls it by. A keeper that refuses is not ready, and says why.
 func (k *Keeper) Ready() error {
-	switch {
-	case k.current.Load() == nil:
+	if e := k.unready.Load(); e != nil {
+		return *e
+	}
+	if !k.started.Load() {
 		return errors.New("no serving certificate loaded yet")
-	case !k.trusted.Load():
-		return fmt.Errorf("the caBundle of CustomResourceDefinition %s does not trust the serving certificate yet", k.CRDName)
 	}
 	return nil
 }
 
-// Reconcile makes one pass: Secret, served pair, CRD bundle.
-func (k *Keeper) Reconcile(ctx context.Context) error {
+func (k *Keeper) setUnready(err error) {
+	if err == nil {
+		k.unready.Store(nil)
+	} else {
+		k.unready.Store(&err)
+	}
+	k.started.Store(true)
+}
+
+// Reconcile makes one pass: CRD, Secret, served pair, CRD bundle.
+func (k *Keeper) Reconcile(ctx context.Context) (err error) {
+	result := resultError
+	defer func() { checksTotal.WithLabelValues(result).Inc() }()
 	now := time.Now()
 	if k.now != nil {
 		now = k.now()
@@ -156,6 +199,15 @@ func (k *Keeper) Reconcile(ctx context.Context) error {
 	if c := crd.Spec.Conversion; c != nil && c.Webhook != nil && c.Webhook.ClientConfig != nil {
 		crdBundle = c.Webhook.ClientConfig.CABundle
 	}
+	bundleSize.Set(float64(len(parseBundle(crdBundle))))
+	ep := endpointOf(crd)
+	if refused := k.refusal(crd, ep); refused != nil {
+		// Before the Secret is read: a replica elsewhere may have no right
+		// to it, and needs none to say why it stays out.
+		result = resultRefused
+		k.setUnready(refused)
+		return refused
+	}
 	secret, err := k.Kube.CoreV1().Secrets(k.Namespace).Get(ctx, k.SecretName, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return fmt.Errorf("Secret %s/%s does not exist: it is part of the install manifests (artifacts/install), apply them", k.Namespace, k.SecretName)
@@ -164,12 +216,11 @@ func (k *Keeper) Reconcile(ctx context.Context) error {
 		return fmt.Errorf("reading Secret %s/%s: %w", k.Namespace, k.SecretName, err)
 	}
 
-	data, changed, err := k.plan(secret.Data, crdBundle, now)
+	st, did, err := k.plan(stateOf(secret), crdBundle, now)
 	if err != nil {
 		return err
 	}
-	if changed {
-		secret.Data = data
+	if st.applyTo(secret) {
 		updated, err := k.Kube.CoreV1().Secrets(k.Namespace).Update(ctx, secret, metav1.UpdateOptions{})
 		if apierrors.IsConflict(err) {
 			// Another replica wrote first; the next pass reads its pair.
@@ -178,180 +229,88 @@ func (k *Keeper) Reconcile(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("updating Secret %s/%s: %w", k.Namespace, k.SecretName, err)
 		}
-		klog.FromContext(ctx).Info("Updated the conversion webhook's certificate", "secret", klog.KObj(updated))
+		writesTotal.WithLabelValues("secret").Inc()
+		klog.FromContext(ctx).Info("Updated the conversion webhook's certificate", "secret", klog.KObj(updated), "changes", did)
 		secret = updated
 	}
 
-	pair, err := tls.X509KeyPair(secret.Data[certKey], secret.Data[keyKey])
+	served, err := tls.X509KeyPair(secret.Data[certKey], secret.Data[keyKey])
 	if err != nil {
 		return fmt.Errorf("serving pair in Secret %s/%s: %w", k.Namespace, k.SecretName, err)
 	}
-	k.current.Store(&pair)
+	k.current.Store(&served)
 
 	// Trusted by the bundle the CRD had when this pass read it, not by the
 	// one it may patch in now: the API server picks a CRD's new caBundle
 	// up a moment after the write (it rebuilds the CRD's handler), and
 	// until then fails the TLS handshake. A first certificate is thus
-	// trusted from the next pass on, a few seconds later. A rotation
-	// never waits: the served pair's CA was in the bundle before the pass
-	// that added the next one, and the next pair is served only once a
-	// pass has read its CA in the CRD.
-	ca, _ := caOf(secret.Data[certKey])
-	k.trusted.Store(ca != nil && trusts(crdBundle, ca))
-	if bundle := secret.Data[bundleKey]; !bytes.Equal(crdBundle, bundle) {
-		if err := k.patchBundle(ctx, bundle); err != nil {
+	// trusted from the next pass on, a few seconds later. A promotion
+	// never waits: the next pair's CA was in the bundle the grace period
+	// before.
+	k.setUnready(k.callable(secret.Data[certKey], crdBundle, ep))
+	result = resultReady
+	if k.Ready() != nil {
+		result = resultWaiting
+	}
+	if bundle := secret.Data[bundleKey]; !bytes.Equal(crdBundle, bundle) || !k.claimed(crd, ep) {
+		if err := k.patchCRD(ctx, crd, ep, bundle); err != nil {
+			result = resultError
 			return err
 		}
 	}
 	return nil
 }
 
-// plan returns what the Secret should hold, and whether that differs from
-// data. It is a pure function of the Secret, the CRD's bundle and the time.
-func (k *Keeper) plan(data map[string][]byte, crdBundle []byte, now time.Time) (map[string][]byte, bool, error) {
-	out := map[string][]byte{}
-	for key, v := range data {
-		out[key] = v
-	}
-	cur, curErr := k.usable(out[certKey], out[keyKey], now)
-	next, nextErr := k.usable(out[nextCertKey], out[nextKeyKey], now)
+// callable says why the API server cannot call a replica serving certPEM
+// yet, or nil if it can.
+func (k *Keeper) callable(certPEM, crdBundle []byte, ep *endpoint) error {
+	ca, err := caOf(certPEM)
 	switch {
-	case curErr != nil:
-		// Nothing usable is served (a first start, or everything expired):
-		// there is no trust to keep, so a new pair is served at once.
-		certPEM, keyPEM, err := k.generate()
-		if err != nil {
-			return nil, false, err
-		}
-		out[certKey], out[keyKey] = certPEM, keyPEM
-		delete(out, nextCertKey)
-		delete(out, nextKeyKey)
-	case nextErr == nil && trusts(crdBundle, next):
-		// Step two of a rotation: the CRD trusts the next pair's CA.
-		out[certKey], out[keyKey] = out[nextCertKey], out[nextKeyKey]
-		delete(out, nextCertKey)
-		delete(out, nextKeyKey)
-	case nextErr != nil && now.After(cur.NotAfter.Add(-k.RotateBefore)):
-		// Step one: a new pair beside the served one.
-		certPEM, keyPEM, err := k.generate()
-		if err != nil {
-			return nil, false, err
-		}
-		out[nextCertKey], out[nextKeyKey] = certPEM, keyPEM
+	case err != nil:
+		return err
+	case !trusts(crdBundle, ca):
+		return fmt.Errorf("the caBundle of CustomResourceDefinition %s does not trust the serving certificate yet", k.CRDName)
+	case ep != nil && leafOf(certPEM).VerifyHostname(ep.serverName) != nil:
+		// The Secret's pair was made for other replicas' names: one for
+		// this replica's too waits as next.
+		return fmt.Errorf("the serving certificate is not valid for %s, the name CustomResourceDefinition %s calls the webhook by, yet: one that is waits for the grace period", ep.serverName, k.CRDName)
 	}
-	out[bundleKey] = bundleOf(now, out[bundleKey], out[certKey], out[nextCertKey])
-	changed := len(out) != len(data)
-	for key, v := range out {
-		if !bytes.Equal(data[key], v) {
-			changed = true
-		}
-	}
-	return out, changed, nil
+	return nil
 }
 
-// usable returns the CA of a pair that parses, matches, is valid at now
-// and is valid for every name, as the API server's TLS client checks it;
-// an error says why not.
-func (k *Keeper) usable(certPEM, keyPEM []byte, now time.Time) (*x509.Certificate, error) {
-	if len(certPEM) == 0 || len(keyPEM) == 0 {
-		return nil, errors.New("empty")
+// patchCRD sets the CRD's caBundle to bundle and its annotations to name
+// this keeper's Secret, in one merge patch.
+func (k *Keeper) patchCRD(ctx context.Context, crd *apiextensionsv1.CustomResourceDefinition, ep *endpoint, bundle []byte) error {
+	id := ""
+	if ep != nil {
+		id = ep.id
 	}
-	if _, err := tls.X509KeyPair(certPEM, keyPEM); err != nil {
-		return nil, err
+	// With the resourceVersion read: a bundle another replica changed
+	// since is not replaced unseen (a Conflict, and the next pass reads
+	// it), so a replica that read an older Secret never puts an older
+	// bundle back.
+	patch := map[string]any{"metadata": map[string]any{"resourceVersion": crd.ResourceVersion,
+		"annotations": map[string]string{BundleSecretAnnotation: k.secretRef(), BundleEndpointAnnotation: id}}}
+	var old []byte
+	if c := crd.Spec.Conversion; c != nil && c.Webhook != nil && c.Webhook.ClientConfig != nil {
+		old = c.Webhook.ClientConfig.CABundle
 	}
-	if _, err := keyutil.ParsePrivateKeyPEM(keyPEM); err != nil {
-		return nil, err
+	if !bytes.Equal(old, bundle) {
+		patch["spec"] = map[string]any{"conversion": map[string]any{
+			"webhook": map[string]any{"clientConfig": map[string]any{"caBundle": bundle}}}}
 	}
-	certs, err := cert.ParseCertsPEM(certPEM)
-	if err != nil {
-		return nil, err
-	}
-	leaf := certs[0]
-	if now.Before(leaf.NotBefore) || now.After(leaf.NotAfter) {
-		return nil, fmt.Errorf("valid from %v to %v", leaf.NotBefore, leaf.NotAfter)
-	}
-	for _, name := range k.Names {
-		// VerifyHostname matches an IP address against the IP SANs and
-		// anything else against the DNS SANs: what a TLS client does.
-		if err := leaf.VerifyHostname(name); err != nil {
-			return nil, err
-		}
-	}
-	return caOf(certPEM)
-}
-
-func (k *Keeper) generate() ([]byte, []byte, error) {
-	if len(k.Names) == 0 {
-		return nil, nil, errors.New("no names for the webhook's certificate")
-	}
-	// The first name is the Host (util/cert puts it in the IP or DNS SANs,
-	// as it parses), the others go where they belong by the same rule.
-	opts := cert.SelfSignedCertKeyOptions{Host: k.Names[0], MaxAge: k.Validity}
-	for _, name := range k.Names[1:] {
-		if ip := net.ParseIP(name); ip != nil {
-			opts.AlternateIPs = append(opts.AlternateIPs, ip)
-		} else {
-			opts.AlternateDNS = append(opts.AlternateDNS, name)
-		}
-	}
-	certPEM, keyPEM, err := cert.GenerateSelfSignedCertKeyWithOptions(opts)
-	if err != nil {
-		return nil, nil, fmt.Errorf("making the webhook's certificate: %w", err)
-	}
-	return certPEM, keyPEM, nil
-}
-
-// caOf returns the CA that GenerateSelfSignedCertKeyWithOptions puts after
-// the serving certificate, with its validity.
-func caOf(certPEM []byte) (*x509.Certificate, error) {
-	certs, err := cert.ParseCertsPEM(certPEM)
-	if err != nil {
-		return nil, err
-	}
-	if len(certs) < 2 || !certs[1].IsCA {
-		return nil, errors.New("no CA certificate after the serving certificate")
-	}
-	return certs[1], nil
-}
-
-// bundleOf returns the CAs of the served and next pairs, and the CAs of
-// the old bundle that have not expired, once each, oldest first.
-func bundleOf(now time.Time, old []byte, pairs ...[]byte) []byte {
-	var cas []*x509.Certificate
-	if certs, err := cert.ParseCertsPEM(old); err == nil {
-		cas = append(cas, certs...)
-	}
-	for _, p := range pairs {
-		if ca, err := caOf(p); err == nil {
-			cas = append(cas, ca)
-		}
-	}
-	var keep []*x509.Certificate
-	for _, ca := range cas {
-		if now.Before(ca.NotAfter) && !slices.ContainsFunc(keep, ca.Equal) {
-			keep = append(keep, ca)
-		}
-	}
-	slices.SortStableFunc(keep, func(a, b *x509.Certificate) int { return a.NotBefore.Compare(b.NotBefore) })
-	out, _ := cert.EncodeCertificates(keep...)
-	return out
-}
-
-func trusts(bundle []byte, ca *x509.Certificate) bool {
-	certs, err := cert.ParseCertsPEM(bundle)
-	return err == nil && slices.ContainsFunc(certs, ca.Equal)
-}
-
-func (k *Keeper) patchBundle(ctx context.Context, bundle []byte) error {
-	patch, err := json.Marshal(map[string]any{"spec": map[string]any{"conversion": map[string]any{
-		"webhook": map[string]any{"clientConfig": map[string]any{"caBundle": bundle}}}}})
+	body, err := json.Marshal(patch)
 	if err != nil {
 		return err
 	}
-	_, err = k.Extensions.ApiextensionsV1().CustomResourceDefinitions().Patch(ctx, k.CRDName, types.MergePatchType, patch, metav1.PatchOptions{})
+	_, err = k.Extensions.ApiextensionsV1().CustomResourceDefinitions().Patch(ctx, k.CRDName, types.MergePatchType, body, metav1.PatchOptions{})
+	if apierrors.IsConflict(err) {
+		return fmt.Errorf("another replica changed CustomResourceDefinition %s first; reading it next", k.CRDName)
+	}
 	if err != nil {
 		return fmt.Errorf("setting the caBundle of CustomResourceDefinition %s: %w", k.CRDName, err)
 	}
-	klog.FromContext(ctx).Info("Updated the conversion webhook's CA bundle", "crd", k.CRDName)
+	writesTotal.WithLabelValues("crd").Inc()
+	klog.FromContext(ctx).Info("Updated the conversion webhook's CA bundle", "crd", k.CRDName, "certificates", len(parseBundle(bundle)), "secret", k.secretRef())
 	return nil
 }
