@@ -192,8 +192,12 @@ func (k *Keeper) plan(in secretState, crdBundle []byte, now time.Time) (secretSt
 	switch {
 	case next == nil:
 	case !trusts(crdBundle, next.ca):
-		// Wait for the CRD: the grace period counts from there.
-		out.promoteAfter = time.Time{}
+		// Wait for the CRD: the grace period counts from there. A time
+		// already recorded stays: this pass read the CRD before the
+		// Secret, and may have read it before the write that another
+		// replica's pass then found (no replica of this Secret takes a CA
+		// out of the bundle while it is next, and keepers of other
+		// Secrets refuse). Promotion still needs the CA in the CRD.
 	case out.promoteAfter.IsZero():
 		out.promoteAfter = after(now, k.grace())
 		did = append(did, fmt.Sprintf("read the next CA in the CRD's caBundle: serving the next pair after %v", out.promoteAfter.UTC().Format(time.RFC3339)))
