@@ -84,11 +84,11 @@ func TestConversionCostPerRequest(t *testing.T) {
 				Spec: barv1.BarSpec{Deployment: barv1.BarDeployment{Name: "in-v1"}}}, metav1.CreateOptions{})
 			return rvOf(b), err
 		}, 1},
-		{"a create in v1alpha1 (request to v1, result back, watch cache)", func(ctx context.Context) (string, error) {
+		{"a create in v1alpha1 (to v1 for the admission policy, request to v1, result back, watch cache)", func(ctx context.Context) (string, error) {
 			b, err := alpha.Create(ctx, &barv1alpha1.Bar{ObjectMeta: metav1.ObjectMeta{Name: "in-alpha"},
 				Spec: barv1alpha1.BarSpec{DeploymentName: "in-alpha"}}, metav1.CreateOptions{})
 			return rvOf(b), err
-		}, 3},
+		}, 4},
 		{"a get in v1alpha1", func(ctx context.Context) (string, error) {
 			_, err := alpha.Get(ctx, "in-v1", metav1.GetOptions{})
 			return "", err
