@@ -19,6 +19,7 @@ package conversion
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"net"
 	"net/http"
@@ -29,6 +30,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/barcontroller/bar-controller/internal/metrics"
 	"github.com/barcontroller/bar-controller/internal/serving"
 	"github.com/barcontroller/bar-controller/internal/webhookcert"
 )
@@ -99,11 +101,23 @@ func start(ctx context.Context, o Options, kube kubernetes.Interface, ext apiext
 	keeperCtx, stopKeeper := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
 	wg.Go(func() { keeper.Run(keeperCtx) })
+	metrics.SetConversionCertificateSource(func() *x509.Certificate { return servedLeaf(keeper) })
 	return &Server{keeper: keeper, addr: addr, stop: func() {
 		stopServing()
+		metrics.SetConversionCertificateSource(nil)
 		stopKeeper()
 		wg.Wait()
 	}}, nil
+}
+
+// servedLeaf is the certificate keeper serves, or nil: its expiry is a
+// metric, which an alert watches (artifacts/monitoring).
+func servedLeaf(keeper *webhookcert.Keeper) *x509.Certificate {
+	pair, err := keeper.GetCertificate(nil)
+	if err != nil {
+		return nil
+	}
+	return pair.Leaf // tls.X509KeyPair fills it in
 }
 
 // Ready says whether the API server can call this replica: it serves a
