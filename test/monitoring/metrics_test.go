@@ -18,6 +18,11 @@ package monitoring
 
 import (
 	"fmt"
+	"go/ast"
+	goparser "go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
 	"regexp"
 	"runtime"
 	"slices"
@@ -31,6 +36,7 @@ import (
 	"github.com/prometheus/prometheus/promql/parser"
 
 	"github.com/barcontroller/bar-controller/internal/metrics"
+	"github.com/barcontroller/bar-controller/internal/webhookcert"
 )
 
 // family is one metric the controller exports: its labels, and its type
@@ -45,15 +51,28 @@ type family struct {
 // only way client_golang shows a Desc's name and labels).
 var descRe = regexp.MustCompile(`^Desc\{fqName: ("(?:[^"\\]|\\.)*"), help: "(?:[^"\\]|\\.)*", unit: "(?:[^"\\]|\\.)*", constLabels: \{(.*)\}, variableLabels: \{(.*)\}\}$`)
 
+// mainRegisters are the collectors main.go's run adds to
+// metrics.NewRegistry's registry, by the function that makes them, as
+// exported registers them too. TestExportedIsMainsRegistry fails when
+// main.go registers something else, so that this list cannot fall behind.
+var mainRegisters = map[string]func() []prometheus.Collector{
+	"metrics.BuildInfo": func() []prometheus.Collector {
+		return []prometheus.Collector{metrics.BuildInfo("test", "test", runtime.Version())}
+	},
+	"webhookcert.Collectors": webhookcert.Collectors,
+}
+
 // exported is every metric the controller's /metrics can carry: the
 // registry main.go's run builds (metrics.NewRegistry, with client-go's
-// work queue, REST client and leader election metrics plugged in, and the
-// build info), as its collectors describe themselves. Vectors are
+// work queue, REST client and leader election metrics plugged in, and
+// what run adds), as its collectors describe themselves. Vectors are
 // described before they have a series, so nothing has to run first.
 func exported(t *testing.T) map[string]family {
 	t.Helper()
 	reg := metrics.NewRegistry()
-	reg.MustRegister(metrics.BuildInfo("test", "test", runtime.Version()))
+	for _, collectors := range mainRegisters {
+		reg.MustRegister(collectors()...)
+	}
 	descs := make(chan *prometheus.Desc)
 	go func() {
 		reg.Describe(descs)
@@ -221,5 +240,68 @@ func TestCheckQueryRefuses(t *testing.T) {
 		case wantErr != "" && (len(errs) == 0 || !strings.Contains(fmt.Sprint(errs), wantErr)):
 			t.Errorf("%s: %v, want an error saying %q", query, errs, wantErr)
 		}
+	}
+}
+
+// registrations are the makers of what a Go file's MustRegister calls
+// register ("pkg.Func"; anything else by its Go type).
+func registrations(path string) ([]string, error) {
+	f, err := goparser.ParseFile(token.NewFileSet(), path, nil, 0)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	ast.Inspect(f, func(n ast.Node) bool {
+		call, ok := n.(*ast.CallExpr)
+		if !ok {
+			return true
+		}
+		if sel, ok := call.Fun.(*ast.SelectorExpr); !ok || sel.Sel.Name != "MustRegister" {
+			return true
+		}
+		for _, arg := range call.Args {
+			e := arg
+			if made, ok := e.(*ast.CallExpr); ok {
+				e = made.Fun
+			}
+			name := fmt.Sprintf("%T", e)
+			if sel, ok := e.(*ast.SelectorExpr); ok {
+				if pkg, ok := sel.X.(*ast.Ident); ok {
+					name = pkg.Name + "." + sel.Sel.Name
+				}
+			}
+			out = append(out, name)
+		}
+		return true
+	})
+	return out, nil
+}
+
+// TestExportedIsMainsRegistry: main.go registers exactly what the
+// functions of mainRegisters make, so exported describes the metrics the
+// controller serves, not an older set; and a registration it does not
+// know is noticed.
+func TestExportedIsMainsRegistry(t *testing.T) {
+	got, err := registrations("../../main.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for name := range mainRegisters {
+		want = append(want, name)
+	}
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("main.go registers %v with MustRegister, exported registers %v: update mainRegisters", got, want)
+	}
+
+	other := filepath.Join(t.TempDir(), "main.go")
+	src := "package main\nfunc run() { r := metrics.NewRegistry(); r.MustRegister(metrics.BuildInfo(), leader.Collectors()...) }\n"
+	if err := os.WriteFile(other, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := registrations(other); err != nil || !slices.Equal(got, []string{"metrics.BuildInfo", "leader.Collectors"}) {
+		t.Errorf("registrations of %q: %v, %v", src, got, err)
 	}
 }
