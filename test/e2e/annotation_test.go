@@ -190,6 +190,10 @@ func TestResourcesAnnotation(t *testing.T) {
 			}
 			_, err = v1.Patch(ctx, l.name, types.MergePatchType, []byte(`{"metadata":{"annotations":{"`+resourcesKey+`":"changed"}}}`), metav1.PatchOptions{})
 			wantRefused(t, "a v1 patch changing the key", err, "reserved for barcontroller.dev/v1alpha1")
+			if _, err := v1.Patch(ctx, l.name, types.MergePatchType, []byte(`{"metadata":{"annotations":{"`+resourcesKey+`":null}}}`), metav1.PatchOptions{}); err != nil {
+				t.Errorf("a v1 patch removing the key from %s: %v", l.name, err)
+			}
+			checkV1(t, v1, l.name, before.Generation, l.resources, nil)
 		}
 	})
 }
