@@ -56,12 +56,12 @@ import (
 // canonical form, e.g. "0.1" as "100m"): the same resources, maybe other bytes.
 //
 // A v1 Bar never carries this key (the policy refuses it), but one written
-// before the policy may. Converting to v1alpha1 then writes its value and
-// the resources together, as {"annotation":<its value>,"resources":<them>}
-// (see carried), unless the value is one that comes back unchanged by
-// itself. Converting from v1alpha1 takes both out again: the round trip is
-// lossless for every v1 Bar, and a stale value under the key never becomes
-// resources.
+// before the policy may. Converting to v1alpha1 then writes its value alone
+// if the Bar has no resources and the value would come back unchanged by
+// itself (it is not resources), and otherwise the value and the resources
+// together, as {"annotation":<its value>,"resources":<them>} (see carried).
+// Converting from v1alpha1 takes both out again: the round trip is lossless
+// for every v1 Bar, and a stale value under the key never becomes resources.
 const ResourcesAnnotation = "barcontroller.dev/v1-template-resources"
 
 // The two spec conversions below are the fields whose path changed between
@@ -174,7 +174,8 @@ func Convert_v1alpha1_Bar_To_barcontroller_Bar(in *Bar, out *barcontroller.Bar, 
 }
 
 // Convert_barcontroller_Bar_To_v1alpha1_Bar converts the Bar and records
-// spec.template.resources, if any, in ResourcesAnnotation.
+// spec.template.resources, if any, and the Bar's own value of the key, if
+// it has one, in ResourcesAnnotation (toAnnotation).
 func Convert_barcontroller_Bar_To_v1alpha1_Bar(in *barcontroller.Bar, out *Bar, s conversion.Scope) error {
 	if err := autoConvert_barcontroller_Bar_To_v1alpha1_Bar(in, out, s); err != nil {
 		return err
