@@ -216,7 +216,11 @@ func (k *Keeper) Reconcile(ctx context.Context) (err error) {
 		return fmt.Errorf("reading Secret %s/%s: %w", k.Namespace, k.SecretName, err)
 	}
 
-	st, did, err := k.plan(stateOf(secret), crdBundle, now)
+	called := ""
+	if ep != nil {
+		called = ep.serverName
+	}
+	st, did, err := k.plan(stateOf(secret), crdBundle, called, now)
 	if err != nil {
 		return err
 	}
@@ -271,9 +275,10 @@ func (k *Keeper) callable(certPEM, crdBundle []byte, ep *endpoint) error {
 	case !trusts(crdBundle, ca):
 		return fmt.Errorf("the caBundle of CustomResourceDefinition %s does not trust the serving certificate yet", k.CRDName)
 	case ep != nil && leafOf(certPEM).VerifyHostname(ep.serverName) != nil:
-		// The Secret's pair was made for other replicas' names: one for
-		// this replica's too waits as next.
-		return fmt.Errorf("the serving certificate is not valid for %s, the name CustomResourceDefinition %s calls the webhook by, yet: one that is waits for the grace period", ep.serverName, k.CRDName)
+		// The Secret's pair was made for other names: the next one is
+		// for this replica's too, and is served as soon as the CRD
+		// carries its CA (plan).
+		return fmt.Errorf("the serving certificate is not valid for %s, the name CustomResourceDefinition %s calls the webhook by, yet: the next one is, once the CRD's caBundle carries its CA", ep.serverName, k.CRDName)
 	}
 	return nil
 }

@@ -103,7 +103,8 @@ func after(now time.Time, d time.Duration) time.Time {
 
 // plan returns what the Secret should hold, and what it did to get there
 // (for the log), given what it holds, the CRD's caBundle as this pass
-// read it, and the time. Nothing else: every replica that reads the same
+// read it, the name the CRD calls the webhook by ("" if none), and the
+// time. Nothing else: every replica that reads the same
 // Secret and CRD at the same time plans the same, except for the keys of
 // the pairs it makes, and a pair is made only when the Secret has none
 // that serves this replica's names, so a replica whose names the Secret's
@@ -114,14 +115,17 @@ func after(now time.Time, d time.Duration) time.Time {
 // grace period, and the CA it supersedes stays in the bundle for another
 // grace period. Only when nothing valid is served (a first start, or
 // everything expired) is a new pair served at once: there is no trust to
-// keep.
+// keep. Nor is there when the served pair is not valid for the name the
+// CRD calls (the CRD was pointed elsewhere): the API server cannot call
+// any replica with it, so the next pair is served as soon as the CRD
+// carries its CA, without the grace period.
 //
 // A pair is always made for the union of this replica's names and those
 // of the pairs in the Secret: replicas with different names (a rollout
 // that changes --conversion-webhook-cert-names, conversion-only replicas
 // with names of their own) each add theirs at most once and converge on
 // one certificate for all, instead of replacing each other's.
-func (k *Keeper) plan(in secretState, crdBundle []byte, now time.Time) (secretState, []string, error) {
+func (k *Keeper) plan(in secretState, crdBundle []byte, called string, now time.Time) (secretState, []string, error) {
 	out := secretState{data: maps.Clone(in.data), promoteAfter: in.promoteAfter, retireAfter: in.retireAfter}
 	if out.data == nil {
 		out.data = map[string][]byte{}
@@ -189,6 +193,7 @@ func (k *Keeper) plan(in secretState, crdBundle []byte, now time.Time) (secretSt
 	}
 
 	superseded := []*x509.Certificate{}
+	uncallable := called != "" && !covers(cur.leaf, []string{called})
 	switch {
 	case next == nil:
 	case !trusts(crdBundle, next.ca):
@@ -198,10 +203,10 @@ func (k *Keeper) plan(in secretState, crdBundle []byte, now time.Time) (secretSt
 		// replica's pass then found (no replica of this Secret takes a CA
 		// out of the bundle while it is next, and keepers of other
 		// Secrets refuse). Promotion still needs the CA in the CRD.
-	case out.promoteAfter.IsZero():
+	case out.promoteAfter.IsZero() && !uncallable:
 		out.promoteAfter = after(now, k.grace())
 		did = append(did, fmt.Sprintf("read the next CA in the CRD's caBundle: serving the next pair after %v", out.promoteAfter.UTC().Format(time.RFC3339)))
-	case !now.Before(out.promoteAfter):
+	case uncallable || !now.Before(out.promoteAfter):
 		superseded = append(superseded, cur.ca)
 		setServed(&out, next)
 		setNext(&out, nil)

@@ -94,6 +94,7 @@ func TestPlan(t *testing.T) {
 		in              secretState
 		crd             []byte
 		names           []string
+		called          string        // the name the CRD calls the webhook by ("": none)
 		later           time.Duration // now, plus this
 		served, next    string
 		newNames        []string
@@ -113,6 +114,10 @@ func TestPlan(t *testing.T) {
 			served: "p1", next: "p2", bundle: []string{"p1", "p2"}, promote: "kept", unchanged: true},
 		{name: "next scheduled, on time: promoted", in: at(in("p1", "p2", "p1", "p2"), now, time.Time{}), crd: bundleOf("p1", "p2"),
 			served: "p2", bundle: []string{"p1", "p2"}, retire: "grace"},
+		{name: "served not valid for the name the CRD calls: next served once the CRD carries its CA", in: in("p1", "pOther", "p1", "pOther"),
+			crd: bundleOf("p1", "pOther"), names: other, called: other[1], served: "pOther", bundle: []string{"p1", "pOther"}, retire: "grace"},
+		{name: "served not valid for the name the CRD calls, next not in the CRD yet: waits", in: in("p1", "pOther", "p1", "pOther"),
+			crd: bundleOf("p1"), names: other, called: other[1], served: "p1", next: "pOther", bundle: []string{"p1", "pOther"}, unchanged: true},
 		{name: "next scheduled, on time, not in this read of the CRD: waits", in: at(in("p1", "p2", "p1", "p2"), now, time.Time{}), crd: bundleOf("p1"),
 			served: "p1", next: "p2", bundle: []string{"p1", "p2"}, promote: "kept", unchanged: true},
 		{name: "superseded, a second early", in: at(in("p2", "", "p1", "p2"), time.Time{}, now.Add(time.Second)), crd: bundleOf("p1", "p2"),
@@ -143,7 +148,7 @@ func TestPlan(t *testing.T) {
 				k.Names = tc.names
 			}
 			when := now.Add(tc.later)
-			out, did, err := k.plan(tc.in, tc.crd, when)
+			out, did, err := k.plan(tc.in, tc.crd, tc.called, when)
 			if err != nil {
 				t.Fatal(err)
 			}
