@@ -184,7 +184,7 @@ func (k *Keeper) setUnready(err error) {
 }
 
 // Reconcile makes one pass: CRD, Secret, served pair, CRD bundle.
-func (k *Keeper) Reconcile(ctx context.Context) (err error) {
+func (k *Keeper) Reconcile(ctx context.Context) error {
 	result := resultError
 	defer func() { checksTotal.WithLabelValues(result).Inc() }()
 	now := time.Now()
