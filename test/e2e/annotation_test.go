@@ -38,7 +38,7 @@ import (
 )
 
 // policyName names the ValidatingAdmissionPolicy and its binding in
-// artifacts/crd/admission.
+// artifacts/admission.
 const policyName = "bars.barcontroller.dev"
 
 const resourcesKey = barv1alpha1.ResourcesAnnotation

@@ -32,13 +32,13 @@ import (
 )
 
 // The ValidatingAdmissionPolicy shipped with the CRD
-// (artifacts/crd/admission) judges a v1alpha1 write as the v1 Bar it
+// (artifacts/admission) judges a v1alpha1 write as the v1 Bar it
 // makes; test/e2e's TestResourcesAnnotation proves what it refuses on a
 // real API server. These tests hold it to the CRD file and the Go types.
 
 func readPolicy(t *testing.T) (*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
 	t.Helper()
-	raw, err := os.ReadFile("../../../../artifacts/crd/admission/bars.barcontroller.dev.yaml")
+	raw, err := os.ReadFile("../../../../artifacts/admission/bars.barcontroller.dev.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

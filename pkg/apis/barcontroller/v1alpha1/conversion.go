@@ -41,7 +41,7 @@ import (
 //   - Change or remove it on an existing Bar: the resources change, but the
 //     API server bumps metadata.generation only for a change it sees in
 //     v1alpha1's spec, so the admission policy shipped with the CRD
-//     (artifacts/crd/admission) refuses a resources change that comes
+//     (artifacts/admission) refuses a resources change that comes
 //     without one; make it in v1. Without the policy it goes through
 //     unnoticed by status.observedGeneration.
 //

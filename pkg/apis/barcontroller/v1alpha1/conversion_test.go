@@ -142,7 +142,7 @@ func TestToV1alpha1(t *testing.T) {
 }
 
 // What a v1alpha1 client's write means for the resources. The admission
-// policy (artifacts/crd/admission) refuses some of these writes; the
+// policy (artifacts/admission) refuses some of these writes; the
 // conversion takes them all without an error, since it also reads Bars
 // stored before the policy.
 func TestFromV1alpha1(t *testing.T) {
