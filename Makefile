@@ -56,10 +56,20 @@ traces: build ## Rerun the scenarios of docs/informer-traces.md and the exercise
 # argument, a go list that fails would leave go test with fewer packages
 # (with none, only the current directory's), and errexit does not see the
 # status of a command substitution inside another command.
-test: ## Run all tests (unit, real control plane, real node; with -race); builds the control plane and kubelet on first use.
+#
+# What ships is tested with the tools its users run: helm (the chart, its
+# upgrade, the release installed from a registry), cosign (the release's
+# signature) and promtool (every alert). Like the Kubernetes binaries they
+# are built from source once (hack/install-tool.sh) and then required, so
+# that none of those tests can skip.
+test: ## Run all tests (unit, real control plane, real node, chart, alerts, release; with -race); builds the control plane, kubelet, helm, cosign and promtool on first use.
 	dir="$$($(KUBE_BIN_DIR_CMD))"; \
+	helm_dir="$$(hack/install-tool.sh helm)"; cosign_dir="$$(hack/install-tool.sh cosign)"; \
+	promtool_dir="$$(hack/install-tool.sh promtool)"; \
 	if [[ $$(id -u) -eq 0 ]]; then hack/install-node-deps.sh; export BAR_REQUIRE_NODE=1; fi; \
-	export KUBE_BIN_DIR="$$dir" BAR_REQUIRE_INTEGRATION=1; \
+	export KUBE_BIN_DIR="$$dir" BAR_REQUIRE_INTEGRATION=1 \
+	  HELM="$$helm_dir/helm" COSIGN="$$cosign_dir/cosign" PROMTOOL="$$promtool_dir/promtool" \
+	  BAR_REQUIRE_HELM=1 BAR_REQUIRE_COSIGN=1 BAR_REQUIRE_PROMTOOL=1; \
 	pkgs="$$(go list ./... | grep -v /test/node)"; \
 	go test -race -count=1 -timeout=30m $$pkgs; \
 	go test -race -count=1 -timeout=20m ./test/node
@@ -184,7 +194,7 @@ COSIGN_KEY ?=
 RELEASE_DIR := _output/release
 
 .PHONY: release
-release: ## Build release VERSION=vX.Y.Z of HEAD, no Docker: the image index for linux/amd64+arm64 pushed to REGISTRY=host/repo (signed with COSIGN_KEY=) or written as an OCI layout, install.yaml and install-namespaced.yaml by digest, SPDX SBOMs, SHA256SUMS, release notes, in _output/release/.
+release: ## Build release VERSION=vX.Y.Z of HEAD, no Docker: the image index for linux/amd64+arm64 pushed to REGISTRY=host/repo (signed with COSIGN_KEY=) or written as an OCI layout, install.yaml and install-namespaced.yaml by digest, the Helm chart packaged (bar-controller-X.Y.Z.tgz), SPDX SBOMs, SHA256SUMS, release notes, in _output/release/.
 	rm -rf $(RELEASE_DIR)
 	kube_bin_dir="$$(hack/install-k8s-binaries.sh kubectl | tail -n 1)" && cosign=cosign && \
 	if [[ -n "$(COSIGN_KEY)" ]]; then cosign="$$(hack/install-tool.sh cosign)/cosign"; fi && \
@@ -195,14 +205,14 @@ release: ## Build release VERSION=vX.Y.Z of HEAD, no Docker: the image index for
 # from source once (hack/install-tool.sh helm, version in hack/tools/helm/go.mod)
 # into bin/helm-<version>/, as the Kubernetes binaries are.
 .PHONY: test-chart
-test-chart: ## Build helm from source once, then test charts/bar-controller: the same objects as kubectl kustomize of artifacts/ and artifacts/namespaced, helm lint --strict, the values schema refusing bad values.
-	helm_dir="$$(hack/install-tool.sh helm)" && kube_bin_dir="$$(hack/install-k8s-binaries.sh kubectl | tail -n 1)" && \
-	HELM="$$helm_dir/helm" KUBE_BIN_DIR="$$kube_bin_dir" BAR_REQUIRE_HELM=1 go test -count=1 ./charts
+test-chart: ## Build helm from source once, then test charts/bar-controller (make test does too): the same objects as kubectl kustomize of artifacts/ and artifacts/namespaced, helm lint --strict, the values schema refusing bad values, helm upgrade from the previous chart on a real API server.
+	helm_dir="$$(hack/install-tool.sh helm)" && kube_bin_dir="$$(hack/install-k8s-binaries.sh etcd kube-apiserver kubectl | tail -n 1)" && \
+	HELM="$$helm_dir/helm" KUBE_BIN_DIR="$$kube_bin_dir" BAR_REQUIRE_HELM=1 BAR_REQUIRE_INTEGRATION=1 go test -race -count=1 ./charts
 
 # The alerts' tests need promtool, which no other target does: it is built
 # from source once (hack/install-tool.sh promtool, version in
 # hack/tools/promtool/go.mod) into bin/promtool-<version>/, as helm is.
-# make test runs the rest of test/monitoring, and skips these without it.
+# make test builds it too and runs them with the rest of test/monitoring.
 .PHONY: test-monitoring
 test-monitoring: ## Build promtool from source once, then test artifacts/monitoring: promtool check rules and test rules (every alert fires and stays silent), a runbook section per alert, every metric the alerts and the dashboard query exported by the controller.
 	promtool_dir="$$(hack/install-tool.sh promtool)" && \
