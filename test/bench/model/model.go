@@ -1,0 +1,217 @@
+/*
+Copyright The bar-controller Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package model predicts what bar-controller and its API server need for N
+// Bars from the per-row figures of make bench's reports (docs/benchmarks.md,
+// docs/benchmarks-large.md). Every figure is a line a + b·N fitted to the
+// small rows, or a constant per Bar; it is checked against the largest row,
+// which the fit never sees (docs/sizing-model.md).
+package model
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+)
+
+// Row is what the model reads of one row of a report's table. Times and
+// CPU are seconds, memory MiB (the reports' "MB" are 1<<20 bytes).
+type Row struct {
+	Report     string // the file it came from, for messages
+	Commit     string // the commit the report says it measured
+	N          int
+	Unrelated  int
+	Floor      float64 // median floor
+	Run        float64 // median controller run: the cold start
+	CPU        float64 // the controller's user + system time
+	PeakRSS    float64
+	LiveHeap   float64
+	ServerRun  float64 // API server + etcd CPU, median over the controller runs
+	Server     float64 // the same over the floors
+	Writes     float64 // per Bar, the bench's own Bar creates taken out
+	WatchLists float64 // watches that began with a list
+}
+
+// Line is a + b·N.
+type Line struct{ A, B float64 }
+
+// At is the line's value at n Bars.
+func (l Line) At(n float64) float64 { return l.A + l.B*n }
+
+// Solve is the N at which the line reaches y; +Inf if it never grows.
+func (l Line) Solve(y float64) float64 {
+	if l.B <= 0 {
+		return math.Inf(1)
+	}
+	return (y - l.A) / l.B
+}
+
+// FitLine is the least-squares line through the points. It needs two
+// distinct sizes: one size fits any slope.
+func FitLine(ns, ys []float64) (Line, error) {
+	if len(ns) != len(ys) {
+		return Line{}, fmt.Errorf("%d sizes, %d values", len(ns), len(ys))
+	}
+	if len(slices.Compact(slices.Sorted(slices.Values(ns)))) < 2 {
+		return Line{}, errors.New("fewer than two distinct sizes to fit a line to")
+	}
+	var mn, my float64
+	for i := range ns {
+		mn += ns[i]
+		my += ys[i]
+	}
+	mn /= float64(len(ns))
+	my /= float64(len(ns))
+	var sxy, sxx float64
+	for i := range ns {
+		sxy += (ns[i] - mn) * (ys[i] - my)
+		sxx += (ns[i] - mn) * (ns[i] - mn)
+	}
+	b := sxy / sxx
+	return Line{A: my - b*mn, B: b}, nil
+}
+
+// Kind says how a figure grows with N.
+type Kind int
+
+const (
+	// Linear: a fixed cost and a cost per Bar, least squares.
+	Linear Kind = iota
+	// PerBar: the same for every N, the mean of the rows (a count per
+	// Bar or per informer, fixed by the design, not by load).
+	PerBar
+)
+
+// Figure is one measured figure the model predicts.
+type Figure struct {
+	Key  string // short, for tests and the command
+	Name string // as the doc's tables say it
+	Unit string
+	Kind Kind
+	Of   func(Row) float64
+}
+
+// Figures are the figures fitted, in the order the tables show them.
+var Figures = []Figure{
+	{"floor", "floor (3 bare writes per Bar, median)", "s", Linear, func(r Row) float64 { return r.Floor }},
+	{"run", "cold start: controller run (median)", "s", Linear, func(r Row) float64 { return r.Run }},
+	{"cpu", "controller CPU", "s", Linear, func(r Row) float64 { return r.CPU }},
+	{"rss", "controller peak RSS", "MiB", Linear, func(r Row) float64 { return r.PeakRSS }},
+	{"heap", "controller live heap, idle", "MiB", Linear, func(r Row) float64 { return r.LiveHeap }},
+	{"server", "API server + etcd CPU, controller run", "s", Linear, func(r Row) float64 { return r.ServerRun }},
+	{"serverfloor", "API server + etcd CPU, floor", "s", Linear, func(r Row) float64 { return r.Server }},
+	{"writes", "writes per Bar", "", PerBar, func(r Row) float64 { return r.Writes }},
+	{"lists", "watches that listed (one per informer)", "", PerBar, func(r Row) float64 { return r.WatchLists }},
+}
+
+// Ratio is the converge ratio the reports' targets are about, predicted as
+// the two lines' quotient rather than fitted: the ratio of two noisy
+// medians is noisier than either.
+var Ratio = Figure{"ratio", "controller run ÷ floor", "×", Linear, func(r Row) float64 { return r.Run / r.Floor }}
+
+// Model is one line per figure.
+type Model struct {
+	Lines map[string]Line
+	Rows  []Row // what it was fitted from
+}
+
+// Predict is the figure's value at n Bars.
+func (m Model) Predict(key string, n float64) float64 {
+	if key == Ratio.Key {
+		return m.Lines["run"].At(n) / m.Lines["floor"].At(n)
+	}
+	l, ok := m.Lines[key]
+	if !ok {
+		panic("model: no figure " + key)
+	}
+	return l.At(n)
+}
+
+// Fit fits every figure to the rows.
+func Fit(rows []Row) (Model, error) {
+	m := Model{Lines: map[string]Line{}, Rows: rows}
+	ns := make([]float64, len(rows))
+	for i, r := range rows {
+		ns[i] = float64(r.N)
+	}
+	for _, f := range Figures {
+		ys := make([]float64, len(rows))
+		for i, r := range rows {
+			ys[i] = f.Of(r)
+		}
+		switch f.Kind {
+		case PerBar:
+			if len(ys) == 0 {
+				return Model{}, errors.New("no rows to fit")
+			}
+			var sum float64
+			for _, y := range ys {
+				sum += y
+			}
+			m.Lines[f.Key] = Line{A: sum / float64(len(ys))}
+		default:
+			l, err := FitLine(ns, ys)
+			if err != nil {
+				return Model{}, fmt.Errorf("%s: %w", f.Name, err)
+			}
+			m.Lines[f.Key] = l
+		}
+	}
+	return m, nil
+}
+
+// Split picks, from the rows of every report, the one the model is checked
+// against (the largest N with no unrelated Deployments) and the ones it is
+// fitted from (every other such row, each smaller). Rows with unrelated
+// Deployments answer another question and are left out.
+func Split(rows []Row) (fit []Row, check Row, err error) {
+	best := -1
+	for i, r := range rows {
+		if r.Unrelated == 0 && (best < 0 || r.N > rows[best].N) {
+			best = i
+		}
+	}
+	if best < 0 {
+		return nil, Row{}, errors.New("no row without unrelated Deployments")
+	}
+	check = rows[best]
+	for _, r := range rows {
+		if r.Unrelated == 0 && r.N < check.N {
+			fit = append(fit, r)
+		}
+	}
+	return fit, check, nil
+}
+
+// Result is one figure predicted at the check row's N and measured there.
+type Result struct {
+	Figure    Figure
+	Predicted float64
+	Measured  float64
+}
+
+// Error is (predicted − measured) ÷ measured.
+func (r Result) Error() float64 { return r.Predicted/r.Measured - 1 }
+
+// Check predicts every figure, the ratio last, at the row's N.
+func Check(m Model, row Row) []Result {
+	var out []Result
+	for _, f := range append(slices.Clone(Figures), Ratio) {
+		out = append(out, Result{Figure: f, Predicted: m.Predict(f.Key, float64(row.N)), Measured: f.Of(row)})
+	}
+	return out
+}
