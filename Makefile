@@ -85,9 +85,10 @@ N ?= 500,2000,5000
 BENCH_ARGS ?=
 
 .PHONY: bench
-bench: build ## Measure converge time against a floor, writes per Bar, idle writes, memory and CPU on a real API server; writes docs/benchmarks.md and its plot.
+bench: build ## Measure converge time against a floor, writes per Bar, idle writes, memory and CPU on a real API server; writes docs/benchmarks.md and its plot, and refits docs/sizing-model.md.
 	go build -o bin/bench ./test/bench
 	kube_bin_dir="$$(hack/install-k8s-binaries.sh etcd kube-apiserver kubectl | tail -n 1)" && bin/bench --bin-dir="$$kube_bin_dir" --controller=bin/bar-controller --n=$(N) $(BENCH_ARGS)
+	go run ./test/bench/model/cmd/sizing-model -w
 
 # The large sizes take most of an hour on 2 cores (150,000 objects per
 # floor), so they have a report of their own: one controller run per row,
@@ -96,9 +97,10 @@ bench: build ## Measure converge time against a floor, writes per Bar, idle writ
 # 50,000-Bar row (docs/measurements.md, 50,000 Bars): a machine with
 # 24 GB runs it; two controller runs per row (make bench N=50000) need more.
 .PHONY: bench-large
-bench-large: build ## Measure 5,000 and 50,000 Bars (one run each, about 35 minutes); writes docs/benchmarks-large.md and its plot.
+bench-large: build ## Measure 5,000 and 50,000 Bars (one run each, about 35 minutes); writes docs/benchmarks-large.md and its plot, and refits docs/sizing-model.md.
 	go build -o bin/bench ./test/bench
 	kube_bin_dir="$$(hack/install-k8s-binaries.sh etcd kube-apiserver kubectl | tail -n 1)" && bin/bench --bin-dir="$$kube_bin_dir" --controller=bin/bar-controller --n=5000,50000 --runs=1 --unrelated=0 --apf=0 --out=docs/benchmarks-large.md --log-dir=_output/bench-large
+	go run ./test/bench/model/cmd/sizing-model -w
 
 # make test runs only the quick fault cases; BAR_FAULTS_ALL=1 adds the slow
 # ones, over 40 s each (slow in test/faults/observe_test.go). CI (.ci/run)
