@@ -72,6 +72,8 @@ func main() {
 		os.Exit(2)
 	}
 
+	// Here and not in run: the policy is the process's, set once.
+	setUpMemory(klog.Background(), opts.gcHeadroom)
 	ctx := klog.NewContext(signalContext(), klog.Background())
 	if err := run(ctx, opts); err != nil {
 		klog.FromContext(ctx).Error(err, "bar-controller failed")
@@ -168,7 +170,7 @@ func run(ctx context.Context, opts options) error {
 		return err
 	}
 	barInformerFactory := informers.NewSharedInformerFactoryWithOptions(barClient, opts.resyncPeriod,
-		informers.WithNamespace(opts.namespace), informers.WithTransform(dropManagedFields))
+		informers.WithNamespace(opts.namespace), informers.WithTransform(trimBar))
 	controller, err := NewController(ctx, kubeClient, barClient,
 		kubeInformerFactory.Apps().V1().Deployments(), deploymentMeta,
 		barInformerFactory.Barcontroller().V1().Bars())

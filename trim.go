@@ -22,9 +22,10 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
+
+	barv1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1"
 )
 
 // This file holds the informers' transforms: what the caches keep of each
@@ -33,14 +34,30 @@ import (
 // docs/informer-internals.md). Whatever the controller does not read is
 // memory it holds for every object it watches, for as long as it runs.
 
-// dropManagedFields keeps managedFields out of the Bar cache: the
+// trimBar is the Bar informer's transform. It drops managedFields (the
 // controller never reads a Bar's, and they are often a third of an
-// object's size. (Of Deployments it keeps its own entry; trimDeployment.)
-func dropManagedFields(obj interface{}) (interface{}, error) {
-	if m, err := meta.Accessor(obj); err == nil {
-		m.SetManagedFields(nil)
+// object's size) and annotations (nothing reads them either, and a Bar
+// made by kubectl apply carries its whole last-applied configuration in
+// one), and shares the strings every Bar repeats (internObjectMeta). The
+// labels stay: small, and what a reader of a Bar would look for first.
+func trimBar(obj interface{}) (interface{}, error) {
+	bar, ok := obj.(*barv1.Bar)
+	if !ok {
+		return obj, nil
 	}
-	return obj, nil
+	bar.ManagedFields = nil
+	bar.Annotations = nil
+	bar.APIVersion, bar.Kind = intern(bar.APIVersion), intern(bar.Kind)
+	internObjectMeta(&bar.ObjectMeta)
+	if bar.Spec.Deployment.Name == bar.Name {
+		bar.Spec.Deployment.Name = bar.Name
+	}
+	bar.Spec.Template.Image = intern(bar.Spec.Template.Image)
+	for i := range bar.Status.Conditions {
+		c := &bar.Status.Conditions[i]
+		c.Type, c.Status, c.Reason = intern(c.Type), metav1.ConditionStatus(intern(string(c.Status))), intern(c.Reason)
+	}
+	return bar, nil
 }
 
 // trimDeployment is the transform of the informer of the Deployments this
@@ -52,7 +69,8 @@ func dropManagedFields(obj interface{}) (interface{}, error) {
 // about: pruneOwnedFields), the pod template's spec beyond its containers'
 // names, images and resources (requests and limits), the strategy, the
 // status conditions but a Progressing=False one, and every field the API
-// server defaulted. What deploymentDrift compares must be kept here
+// server defaulted; and it shares the strings every Deployment repeats
+// (intern.go). What deploymentDrift compares must be kept here
 // too; TestTrimDeployment checks that drift and readiness do not change.
 func trimDeployment(obj interface{}) (interface{}, error) {
 	d, ok := obj.(*appsv1.Deployment)
@@ -61,7 +79,7 @@ func trimDeployment(obj interface{}) (interface{}, error) {
 	}
 	containers := make([]corev1.Container, len(d.Spec.Template.Spec.Containers))
 	for i, c := range d.Spec.Template.Spec.Containers {
-		containers[i] = corev1.Container{Name: c.Name, Image: c.Image, Resources: corev1.ResourceRequirements{Requests: c.Resources.Requests, Limits: c.Resources.Limits}}
+		containers[i] = corev1.Container{Name: intern(c.Name), Image: intern(c.Image), Resources: corev1.ResourceRequirements{Requests: c.Resources.Requests, Limits: c.Resources.Limits}}
 	}
 	var annotations map[string]string
 	if h, ok := d.Annotations[desiredHashAnnotation]; ok {
@@ -70,7 +88,7 @@ func trimDeployment(obj interface{}) (interface{}, error) {
 	var managedFields []metav1.ManagedFieldsEntry
 	for _, e := range d.ManagedFields {
 		if isOurWrite(e) {
-			managedFields = append(managedFields, pruneOwnedFields(e))
+			managedFields = append(managedFields, internManagedFields(pruneOwnedFields(e)))
 		}
 	}
 	templateLabels := d.Spec.Template.Labels
@@ -89,7 +107,7 @@ func trimDeployment(obj interface{}) (interface{}, error) {
 			status.Conditions = []appsv1.DeploymentCondition{{Type: c.Type, Status: c.Status, Reason: c.Reason, Message: c.Message}}
 		}
 	}
-	return &appsv1.Deployment{
+	t := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:              d.Name,
 			Namespace:         d.Namespace,
@@ -111,7 +129,21 @@ func trimDeployment(obj interface{}) (interface{}, error) {
 			},
 		},
 		Status: status,
-	}, nil
+	}
+	internObjectMeta(&t.ObjectMeta)
+	owner := ""
+	if ref := metav1.GetControllerOfNoCopy(t); ref != nil {
+		owner = ref.Name
+	}
+	if s := t.Spec.Selector; s != nil {
+		internLabels(s.MatchLabels, t.Name, owner)
+	}
+	internLabels(t.Spec.Template.Labels, t.Name, owner) // none left to do if the selector's
+	for i := range t.Status.Conditions {
+		c := &t.Status.Conditions[i]
+		c.Type, c.Status, c.Reason = appsv1.DeploymentConditionType(intern(string(c.Type))), corev1.ConditionStatus(intern(string(c.Status))), intern(c.Reason)
+	}
+	return t, nil
 }
 
 // driftPrefixes are the parts of a Deployment whose ownership
@@ -206,6 +238,7 @@ func trimDeploymentMetadata(obj interface{}) (interface{}, error) {
 	if ref := metav1.GetControllerOfNoCopy(m); ref != nil {
 		t.OwnerReferences = []metav1.OwnerReference{*ref}
 	}
+	internObjectMeta(&t.ObjectMeta)
 	if m.Labels[managedByLabel] == managedByValue {
 		// Whether the full cache's watch selects it (newestDeployment):
 		// one map shared by every such entry, never written.

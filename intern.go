@@ -1,0 +1,151 @@
+/*
+Copyright The bar-controller Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package main
+
+import (
+	"strings"
+	"sync"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Every decoded object holds its own copy of every string in it: the
+// namespace, each label key, the owner's API version and kind, the image,
+// the field manager's name. Across the caches the same few strings are
+// kept tens of thousands of times, 8 to 32 bytes each plus the allocator's
+// rounding. The transforms (trim.go) replace them with one shared copy.
+//
+// The table keeps what it shares for the life of the process, so only
+// strings of which there are few go in: namespaces, label keys, API
+// versions, kinds, images, managers, condition types and reasons. Names,
+// UIDs and resourceVersions are one per object and never do; a label
+// value is shared only if the table holds it already (managedByValue), or
+// with the object's own name when it is equal. The table stops growing at
+// internLimit strings, so that a cluster with an unbounded supply of any
+// of these pays at most that much: what does not fit is kept unshared, as
+// before.
+
+const internLimit = 4096
+
+var interned = newInternTable(internLimit, managedByValue)
+
+func intern(s string) string         { return interned.intern(s) }
+func lookupInterned(s string) string { return interned.lookup(s) }
+
+// internTable is a set of shared strings, safe for concurrent use: the
+// three informers' transforms run on their own goroutines.
+type internTable struct {
+	mu    sync.RWMutex
+	m     map[string]string
+	limit int
+}
+
+func newInternTable(limit int, seed ...string) *internTable {
+	t := &internTable{m: make(map[string]string, len(seed)), limit: limit}
+	for _, s := range seed {
+		t.m[s] = s
+	}
+	return t
+}
+
+// intern returns the shared copy of s, adding s to the table if it is not
+// there yet and the table has room.
+func (t *internTable) intern(s string) string {
+	if s == "" {
+		return s
+	}
+	if v, ok := t.get(s); ok {
+		return v
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if v, ok := t.m[s]; ok {
+		return v
+	}
+	if len(t.m) >= t.limit {
+		return s
+	}
+	s = strings.Clone(s) // not a slice of some larger buffer the table would keep alive
+	t.m[s] = s
+	return s
+}
+
+// lookup returns the shared copy of s if the table holds one, and s
+// otherwise: for strings that may be one of a kind.
+func (t *internTable) lookup(s string) string {
+	if v, ok := t.get(s); ok {
+		return v
+	}
+	return s
+}
+
+func (t *internTable) get(s string) (string, bool) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	v, ok := t.m[s]
+	return v, ok
+}
+
+// internObjectMeta shares the namespace, the label keys (and values equal
+// to the object's or its controller's name, or already in the table) and
+// the owner references' API versions and kinds (and names equal to the
+// object's) of m, in place. The maps and slices it writes must be m's own:
+// a transform owns the object it is handed until it returns it.
+func internObjectMeta(m *metav1.ObjectMeta) {
+	m.Namespace = intern(m.Namespace)
+	owner := ""
+	for i := range m.OwnerReferences {
+		r := &m.OwnerReferences[i]
+		r.APIVersion, r.Kind = intern(r.APIVersion), intern(r.Kind)
+		if r.Name == m.Name {
+			r.Name = m.Name
+		}
+		if r.Controller != nil && *r.Controller {
+			owner = r.Name
+		}
+	}
+	internLabels(m.Labels, m.Name, owner)
+}
+
+// internLabels shares the keys of labels, and the values equal to one of
+// names or already in the table, in place. Assigning to a key that is
+// there already replaces the map's copy of the key too (the runtime does
+// so for string keys), so this allocates nothing.
+func internLabels(labels map[string]string, names ...string) {
+	for k, v := range labels {
+		labels[intern(k)] = shareValue(v, names)
+	}
+}
+
+func shareValue(v string, names []string) string {
+	for _, n := range names {
+		if v == n {
+			return n
+		}
+	}
+	return lookupInterned(v)
+}
+
+// internManagedFields shares the strings of a managedFields entry and
+// drops its timestamp, which nothing reads (appliedFields and isOurWrite
+// read the manager, operation, subresource and fields).
+func internManagedFields(e metav1.ManagedFieldsEntry) metav1.ManagedFieldsEntry {
+	e.Manager, e.APIVersion, e.FieldsType = intern(e.Manager), intern(e.APIVersion), intern(e.FieldsType)
+	e.Operation = metav1.ManagedFieldsOperationType(intern(string(e.Operation)))
+	e.Time = nil
+	return e
+}

@@ -1,0 +1,127 @@
+/*
+Copyright The bar-controller Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package main
+
+import (
+	"runtime"
+	"runtime/debug"
+	"runtime/metrics"
+	"testing"
+	"time"
+)
+
+func TestParseMemoryMax(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want int64
+		ok   bool
+	}{
+		{"1073741824\n", 1 << 30, true},
+		{"268435456", 256 << 20, true},
+		{"max\n", 0, false}, // no limit
+		{"", 0, false},
+		{"0\n", 0, false},
+		{"-1\n", 0, false},
+		{"12abc\n", 0, false},
+	} {
+		got, ok := parseMemoryMax(tc.in)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("parseMemoryMax(%q) = %d, %v; want %d, %v", tc.in, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+func TestCgroupV2Path(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want string
+		ok   bool
+	}{
+		// A container with its own cgroup namespace sees itself at the root.
+		{"0::/\n", "/", true},
+		{"0::/kubepods.slice/kubepods-burstable.slice/cri-containerd-1a2b.scope\n",
+			"/kubepods.slice/kubepods-burstable.slice/cri-containerd-1a2b.scope", true},
+		// Hybrid: v1 controllers beside the unified hierarchy.
+		{"12:memory:/docker/abc\n1:name=systemd:/docker/abc\n0::/docker/abc\n", "/docker/abc", true},
+		// v1 only: no unified line, no v2 limit to read.
+		{"4:memory:/process_api/x\n1:cpu:/\n", "", false},
+		{"", "", false},
+	} {
+		got, ok := cgroupV2Path(tc.in)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("cgroupV2Path(%q) = %q, %v; want %q, %v", tc.in, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+func TestGCPercent(t *testing.T) {
+	const mib = 1 << 20
+	for _, tc := range []struct {
+		name     string
+		live     uint64
+		percent  int
+		headroom uint64
+		want     int
+	}{
+		// Large heaps: the percent asked for.
+		{"50,000 Bars", 350 * mib, 50, 32 * mib, 50},
+		{"5,000 Bars at 40 %", 100 * mib, 40, 32 * mib, 40},
+		// Small heaps: the minimum headroom, so at most Go's default.
+		{"between", 40 * mib, 50, 32 * mib, 80},
+		{"5,000 Bars", 35 * mib, 50, 32 * mib, 100},
+		{"empty", 4 * mib, 50, 32 * mib, 100},
+		{"before the first collection", 0, 50, 32 * mib, 50},
+		// Asked for more than Go's default: given.
+		{"generous", 350 * mib, 200, 32 * mib, 200},
+		{"generous, small", 4 * mib, 200, 32 * mib, 200},
+		// Steps of 10, rounded up (never less headroom than asked).
+		{"rounded", 350 * mib, 33, 32 * mib, 40},
+	} {
+		if got := gcPercent(tc.live, tc.percent, tc.headroom); got != tc.want {
+			t.Errorf("%s: gcPercent(%d MiB, %d, %d MiB) = %d, want %d", tc.name, tc.live/mib, tc.percent, tc.headroom/mib, got, tc.want)
+		}
+	}
+}
+
+// TestGCTunerSetsGOGC: armed, the tuner sets GOGC after a collection, and
+// again after the next one (it re-arms), from the live heap.
+func TestGCTunerSetsGOGC(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(100))
+	gogc := []metrics.Sample{{Name: "/gc/gogc:percent"}}
+	waitFor := func(want uint64) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; {
+			runtime.GC()
+			metrics.Read(gogc)
+			if got := gogc[0].Value.Uint64(); got == want {
+				return
+			} else if time.Now().After(deadline) {
+				t.Fatalf("GOGC %d, want %d", got, want)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	tuner := &gcTuner{percent: 30, current: 100}
+	defer tuner.stopped.Store(true)
+	tuner.arm()
+	waitFor(30)
+	// Set from outside; the tuner, which believes it set 30, does not
+	// notice. A headroom of a petabyte makes it want Go's default again.
+	debug.SetGCPercent(70)
+	tuner.minHeadroom.Store(1 << 50)
+	waitFor(100)
+}
