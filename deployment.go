@@ -47,14 +47,22 @@ const (
 )
 
 // newDeployment returns the Deployment a Bar asks for, as the apply
-// configuration the controller sends with server-side apply. It reads
-// nothing but the Bar, so it is easy to test and safe to call from any
-// goroutine. Every field set here is a field the controller owns: set a
-// field and the controller will force it back after any edit; leave it out
-// and others may own it.
+// configuration the controller sends with server-side apply, stamped with
+// its hash (withDesiredHash). It reads nothing but the Bar, so it is easy
+// to test and safe to call from any goroutine. Every field set here is a
+// field the controller owns: set a field and the controller will force it
+// back after any edit; leave it out and others may own it.
 func newDeployment(bar *barv1.Bar) *appsv1ac.DeploymentApplyConfiguration {
+	return withDesiredHash(desiredDeployment(bar))
+}
+
+// desiredDeployment is newDeployment without the hash. The hash costs
+// more than the rest (a JSON encoding and a SHA-256) and only a write or a
+// value that differs reads it, so a sync that finds the Deployment as
+// wanted, the common case, never computes it (applyDeployment).
+func desiredDeployment(bar *barv1.Bar) *appsv1ac.DeploymentApplyConfiguration {
 	labels := selectorLabels(bar)
-	d := appsv1ac.Deployment(bar.Spec.Deployment.Name, bar.Namespace).
+	return appsv1ac.Deployment(bar.Spec.Deployment.Name, bar.Namespace).
 		WithLabels(map[string]string{managedByLabel: managedByValue}).
 		WithLabels(labels).
 		WithOwnerReferences(metav1ac.OwnerReference().
@@ -72,7 +80,6 @@ func newDeployment(bar *barv1.Bar) *appsv1ac.DeploymentApplyConfiguration {
 				WithLabels(labels).
 				WithSpec(corev1ac.PodSpec().
 					WithContainers(desiredContainer(bar)))))
-	return withDesiredHash(d)
 }
 
 // deploymentObject is want as the object a create sends. An apply

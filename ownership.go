@@ -63,13 +63,22 @@ const desiredHashAnnotation = "barcontroller.dev/desired-hash"
 
 // withDesiredHash stamps d with the hash of its own content.
 func withDesiredHash(d *appsv1ac.DeploymentApplyConfiguration) *appsv1ac.DeploymentApplyConfiguration {
+	return d.WithAnnotations(map[string]string{desiredHashAnnotation: desiredHash(d)})
+}
+
+// desiredHash is the hash withDesiredHash stamps d with: the one it
+// carries, if stamped already.
+func desiredHash(d *appsv1ac.DeploymentApplyConfiguration) string {
+	if h, ok := d.Annotations[desiredHashAnnotation]; ok {
+		return h
+	}
 	raw, err := json.Marshal(d)
 	if err != nil {
 		// An apply configuration is plain data; marshalling cannot fail.
 		panic(err)
 	}
 	sum := sha256.Sum256(raw)
-	return d.WithAnnotations(map[string]string{desiredHashAnnotation: hex.EncodeToString(sum[:10])})
+	return hex.EncodeToString(sum[:10])
 }
 
 // desiredField is one field newDeployment sets: the name --trace and the
@@ -124,7 +133,9 @@ func desiredFields(want *appsv1ac.DeploymentApplyConfiguration) []desiredField {
 
 // deploymentDrift lists the fields of want that need an apply; nil means
 // none does. It reads have's managedFields entries of this controller and
-// its desired-hash annotation, all of which trimDeployment keeps.
+// its desired-hash annotation, all of which trimDeployment keeps. want
+// need not carry its hash (desiredDeployment): it is computed when a value
+// differs, the only case that reads it.
 func deploymentDrift(want *appsv1ac.DeploymentApplyConfiguration, have *appsv1.Deployment) []string {
 	diff := deploymentDiff(want, have)
 	if len(diff) == 0 {
@@ -132,7 +143,7 @@ func deploymentDrift(want *appsv1ac.DeploymentApplyConfiguration, have *appsv1.D
 		// what. The common case, and free: no managedFields to parse.
 		return nil
 	}
-	if have.Annotations[desiredHashAnnotation] != want.Annotations[desiredHashAnnotation] {
+	if have.Annotations[desiredHashAnnotation] != desiredHash(want) {
 		// What we want changed since our last apply (or the Deployment
 		// predates the hash): the values that differ need an apply.
 		return diff

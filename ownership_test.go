@@ -126,6 +126,10 @@ func TestDeploymentDrift(t *testing.T) {
 			if got := deploymentDrift(newDeployment(b), d); !slices.Equal(got, tc.want) {
 				t.Errorf("deploymentDrift = %q, want %q", got, tc.want)
 			}
+			// As the sync calls it, the hash left to compute.
+			if got := deploymentDrift(desiredDeployment(b), d); !slices.Equal(got, tc.want) {
+				t.Errorf("deploymentDrift without the hash = %q, want %q", got, tc.want)
+			}
 		})
 	}
 }

@@ -163,7 +163,7 @@ func (c *Controller) deploymentFor(bar *barv1.Bar) (holder metav1.Object, have *
 // label that puts it in the full cache.
 func (c *Controller) applyDeployment(ctx context.Context, bar *barv1.Bar, holder metav1.Object, have *appsv1.Deployment) (*appsv1.Deployment, error) {
 	key := cache.MetaObjectToName(bar)
-	want := newDeployment(bar)
+	want := desiredDeployment(bar) // hashed only if written (withDesiredHash)
 	var diff []string
 	switch {
 	case have != nil:
@@ -177,17 +177,17 @@ func (c *Controller) applyDeployment(ctx context.Context, bar *barv1.Bar, holder
 		c.trace.decision(key, "Deployment lost its managed-by label: apply with force", "")
 	default:
 		c.trace.decision(key, "no Deployment in the cache: create it", "")
-		return c.createDeployment(ctx, bar, want)
+		return c.createDeployment(ctx, bar, withDesiredHash(want))
 	}
-	// Force takes fields back from whoever changed them; it is used only on
-	// a Deployment the cache shows this Bar controls. The cache may be
-	// behind the API server: someone may have taken the Deployment away
-	// (removed its ownerReference) a moment ago, and a forced apply would
-	// put the reference back. So the apply carries the resourceVersion it
-	// was judged on, a precondition: if the Deployment changed since, the
-	// API server answers Conflict, and the retry judges the newer version.
-	// The UID does the same for a Deployment deleted since: without it,
-	// the apply would create a new one.
+	want = withDesiredHash(want) // before the preconditions: no part of the hash
+	// Force takes fields back from whoever changed them; it is used only on a
+	// Deployment the cache shows this Bar controls. The cache may be behind
+	// the API server: someone may have taken the Deployment away (removed its
+	// ownerReference) a moment ago, and a forced apply would put the reference
+	// back. So the apply carries the resourceVersion it was judged on, a
+	// precondition: if the Deployment changed since, the API server answers
+	// Conflict, and the retry judges the newer version. The UID does the same
+	// for a Deployment deleted since: without it, the apply would create one.
 	if rv := holder.GetResourceVersion(); rv != "" {
 		want.WithResourceVersion(rv).WithUID(holder.GetUID())
 	}
