@@ -17,6 +17,8 @@ limitations under the License.
 package main
 
 import (
+	"bytes"
+	"encoding/json"
 	"os"
 	"slices"
 	"strings"
@@ -203,7 +205,9 @@ func TestDeploymentObjectIsTheApplyConfiguration(t *testing.T) {
 		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m")},
 		Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")},
 	}
-	for _, bar := range []*barv1.Bar{newBar("test", "web", 1), withResources} {
+	onlyLimits := newBar(strings.Repeat("a-long-bar-name-", 5), "web", 0)
+	onlyLimits.Spec.Template.Resources.Limits = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("0.5")}
+	for _, bar := range []*barv1.Bar{newBar("test", "web", 1), withResources, onlyLimits} {
 		want := newDeployment(bar)
 		d, err := deploymentObject(want)
 		if err != nil {
@@ -217,6 +221,23 @@ func TestDeploymentObjectIsTheApplyConfiguration(t *testing.T) {
 		}
 		if d.Name != bar.Spec.Deployment.Name || d.Namespace != bar.Namespace {
 			t.Errorf("%s: created %s/%s", bar.Name, d.Namespace, d.Name)
+		}
+		// Field by field: the apply configuration's JSON read as a
+		// Deployment is the object, whatever newDeployment sets.
+		raw, err := json.Marshal(want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var fromJSON appsv1.Deployment
+		if err := json.Unmarshal(raw, &fromJSON); err != nil {
+			t.Fatal(err)
+		}
+		got, err := json.Marshal(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if wantJSON, _ := json.Marshal(&fromJSON); !bytes.Equal(got, wantJSON) {
+			t.Errorf("%s: created\n%s\nwant\n%s", bar.Name, got, wantJSON)
 		}
 	}
 }
