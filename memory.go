@@ -72,7 +72,7 @@ func setUpMemory(logger klog.Logger, headroomPercent int) {
 	}
 	// From the first collection on: until then the heap is below Go's
 	// own minimum (4 MB) anyway.
-	t := &gcTuner{percent: headroomPercent, current: 100}
+	t := &gcTuner{logger: logger, percent: headroomPercent, current: 100}
 	t.minHeadroom.Store(gcMinHeadroom)
 	t.arm()
 }
@@ -80,6 +80,7 @@ func setUpMemory(logger klog.Logger, headroomPercent int) {
 // gcTuner sets GOGC after each collection from the live heap it found.
 // Only the finalizer goroutine touches it.
 type gcTuner struct {
+	logger      klog.Logger
 	percent     int
 	minHeadroom atomic.Uint64 // atomic for tests, which change it
 	current     int
@@ -112,6 +113,7 @@ func (t *gcTuner) tune() {
 	if p := gcPercent(live, t.percent, t.minHeadroom.Load()); p != t.current {
 		debug.SetGCPercent(p)
 		t.current = p
+		t.logger.V(4).Info("GOGC set from the live heap", "liveHeap", live, "gogc", p)
 	}
 }
 
