@@ -238,7 +238,7 @@ func trimDeploymentMetadata(obj interface{}) (interface{}, error) {
 	if ref := metav1.GetControllerOfNoCopy(m); ref != nil {
 		t.OwnerReferences = []metav1.OwnerReference{*ref}
 	}
-	internObjectMeta(&t.ObjectMeta)
+	internObjectMeta(&t.ObjectMeta) // before the shared map below: it writes to the labels
 	if m.Labels[managedByLabel] == managedByValue {
 		// Whether the full cache's watch selects it (newestDeployment):
 		// one map shared by every such entry, never written.
