@@ -305,8 +305,7 @@ func (c *Controller) updateStatus(ctx context.Context, bar *barv1.Bar, available
 	}
 	c.trace.decision(key, "status changed: write it", r.reason)
 	start := time.Now()
-	updated, err := c.barclientset.BarcontrollerV1().Bars(bar.Namespace).ApplyStatus(ctx,
-		statusApplyConfiguration(bar, &want), metav1.ApplyOptions{FieldManager: fieldManager, Force: true})
+	updated, err := c.applyStatus(ctx, bar, statusApplyConfiguration(bar, &want))
 	c.trace.apiCall(key, "apply bars/"+bar.Name+"/status", start, updated, err)
 	if err != nil {
 		return fmt.Errorf("updating status: %w", err)
