@@ -31,10 +31,10 @@ import (
 
 // The controller's own CPU per Bar, step by step (issue 30). A cold start
 // of one Bar is a first sync (desired Deployment, create, status write),
-// two watch events of the new Deployment (one per Deployment informer,
-// each a sync that finds it as wanted) and the event of the status write
-// (one more such sync); a resync is that no-op sync again. Compare runs
-// with benchstat:
+// the new Deployment's watch events (one per Deployment informer, which
+// the work queue usually folds into one sync that finds it as wanted) and
+// the status write's event of the Bar (one more such sync); a resync is
+// that no-op sync again. Compare runs with benchstat:
 //
 //	go test -run '^$' -bench 'DesiredDeployment|FirstSync|NoOpSync|DeploymentEvent' -count 6 -benchmem .
 
