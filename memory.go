@@ -60,14 +60,15 @@ const memoryLimitShare = 0.9
 // setUpMemory applies the policy above. GOGC or GOMEMLIMIT in the
 // environment take precedence over the part they set.
 func setUpMemory(logger klog.Logger, headroomPercent int) {
-	if _, set := os.LookupEnv("GOMEMLIMIT"); !set {
+	// The runtime treats an empty GOGC or GOMEMLIMIT as unset; so does this.
+	if os.Getenv("GOMEMLIMIT") == "" {
 		if limit, ok := containerMemoryLimit(); ok {
 			soft := int64(float64(limit) * memoryLimitShare)
 			debug.SetMemoryLimit(soft)
 			logger.Info("Memory limit from the container's cgroup", "cgroupLimit", limit, "goMemLimit", soft)
 		}
 	}
-	if _, set := os.LookupEnv("GOGC"); set || headroomPercent <= 0 {
+	if os.Getenv("GOGC") != "" || headroomPercent <= 0 {
 		return
 	}
 	// From the first collection on: until then the heap is below Go's

@@ -84,7 +84,7 @@ func (o *options) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.loggingFormat, "logging-format", "text", "Log format: text (klog) or json (one object per line).")
 	fs.StringVar(&o.trace, "trace", "", "Log every step (event, enqueue, dequeue, sync decisions, API calls, status) for the Bars whose namespace/name matches this pattern, e.g. default/example or 'default/*'. Empty: off.")
 	// Peak memory against CPU: docs/measurements.md, Memory, and memory.go.
-	fs.IntVar(&o.gcHeadroom, "gc-headroom-percent", 50, "How far the heap may grow past what the last garbage collection found live before the next, in percent of it (but at least 32 MiB): the cold start's peak memory is about 1+percent/100 times the live heap. Lower costs more CPU; 100 is Go's default; 0 or $GOGC: Go's own GOGC rule.")
+	fs.IntVar(&o.gcHeadroom, "gc-headroom-percent", 50, "How far the heap may grow past what the last garbage collection found live before the next, in percent of it (0-100, in steps of 10), but by at least 32 MiB or the live heap, whichever is less: above 64 MiB live a cold start's peak is about 1+percent/100 times the live heap, below it about twice. Lower costs more CPU; 100 is Go's own rule; 0 or $GOGC: Go's own GOGC setting.")
 	le := &o.leaderElection
 	fs.BoolVar(&le.Enabled, "leader-elect", false, "Run as one of several replicas: only the holder of a Lease syncs, the others stand by with warm caches.")
 	fs.StringVar(&le.LeaseName, "leader-elect-lease-name", "bar-controller", "Name of the Lease used for leader election.")
@@ -105,6 +105,11 @@ func (o *options) validate() error {
 	// request.
 	if o.profiling && !o.metricsSecure {
 		return fmt.Errorf("--profiling requires --metrics-secure: without it anyone who reaches %s could read the process's memory profiles", o.metricsAddress)
+	}
+	// The tuner caps GOGC at Go's own 100: more headroom than that is
+	// GOGC's business, and a negative one is a typo, not "off".
+	if o.gcHeadroom < 0 || o.gcHeadroom > 100 {
+		return fmt.Errorf("--gc-headroom-percent=%d: want 0 (off) to 100", o.gcHeadroom)
 	}
 	// The webhook's Secret and Service are in the controller's namespace,
 	// unless its flags say otherwise.

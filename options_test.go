@@ -37,6 +37,10 @@ func TestValidateFlags(t *testing.T) {
 		{[]string{"--profiling"}, ""},
 		{[]string{"--metrics-secure=false"}, ""},
 		{[]string{"--profiling", "--metrics-secure=false"}, "--profiling requires --metrics-secure"},
+		{[]string{"--gc-headroom-percent=0"}, ""},
+		{[]string{"--gc-headroom-percent=100"}, ""},
+		{[]string{"--gc-headroom-percent=-1"}, "want 0 (off) to 100"},
+		{[]string{"--gc-headroom-percent=101"}, "want 0 (off) to 100"},
 		{[]string{"--metrics-secure=false", "--profiling=true"}, "--profiling requires --metrics-secure"},
 	} {
 		var o options
