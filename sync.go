@@ -227,7 +227,7 @@ func (c *Controller) createDeployment(ctx context.Context, bar *barv1.Bar, want 
 		return nil, err
 	}
 	start := time.Now()
-	d, err := c.kubeclientset.AppsV1().Deployments(bar.Namespace).Create(ctx, obj, metav1.CreateOptions{FieldManager: fieldManager})
+	d, err := c.postDeployment(ctx, obj)
 	c.trace.apiCall(key, "create deployments/"+bar.Spec.Deployment.Name, start, d, err)
 	if err != nil {
 		return nil, fmt.Errorf("creating Deployment %s: %w", bar.Spec.Deployment.Name, err)

@@ -65,6 +65,12 @@ func (s scenario) controllerRun(ctx context.Context, c *testcluster.Cluster, w w
 		return err
 	}
 	s.step(ns)
+	profiled := s.profileCPU(ctx, metricsAddr, c.Config.BearerToken, filepath.Join(s.logDir, fmt.Sprintf("cpu-%d-%d-run%d.pb.gz", n, r.Unrelated, i)))
+	defer func() {
+		if err := <-profiled; err != nil {
+			fmt.Fprintln(os.Stderr, "bench: CPU profile:", err)
+		}
+	}()
 	start := time.Now()
 	if err := createBars(ctx, w.bars, ns, n, s.inflight); err != nil {
 		return err

@@ -52,3 +52,15 @@ func TestSummarize(t *testing.T) {
 		t.Errorf("a profile without inuse_space: no error")
 	}
 }
+
+// parseHeapAlloc reads the MemStats block a text heap profile ends with,
+// and says so when it is missing.
+func TestParseHeapAlloc(t *testing.T) {
+	text := "heap profile: 3: 96 [3: 96] @ heap/1048576\n\n# runtime.MemStats\n# Alloc = 26305560\n# TotalAlloc = 90\n# Sys = 1\n# Lookups = 0\n# Mallocs = 7\n# Frees = 2\n# HeapAlloc = 26305560\n# HeapSys = 3\n"
+	if got, err := parseHeapAlloc([]byte(text)); err != nil || got != 26305560 {
+		t.Errorf("parseHeapAlloc = %d, %v; want 26305560", got, err)
+	}
+	if _, err := parseHeapAlloc([]byte("heap profile: 0: 0 [0: 0] @ heap/1048576\n")); err == nil {
+		t.Error("parseHeapAlloc without a HeapAlloc line: no error")
+	}
+}

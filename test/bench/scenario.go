@@ -97,6 +97,9 @@ type scenario struct {
 	// rounds is the number of controller runs per scenario, each between
 	// two floors.
 	rounds int
+	// cpuProfile, when not zero, is how long each controller run's CPU
+	// profile lasts, from the first Bar create (--cpu-profile).
+	cpuProfile time.Duration
 	// extraArgs are added to every controller's flags (--controller-args).
 	extraArgs []string
 	// step names what the row is doing now, for its monitor (monitor.go).

@@ -1,0 +1,108 @@
+/*
+Copyright The bar-controller Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+)
+
+// TestPostDeploymentAsksForMetadataOnly: the create of a real client is
+// the one the typed client would send (path, query, a protobuf body that
+// decodes to the object), asks for the answer as metadata only, and
+// returns the object sent with the answer's metadata; an AlreadyExists
+// answer stays AlreadyExists (createDeployment's retry depends on it).
+func TestPostDeploymentAsksForMetadataOnly(t *testing.T) {
+	bar := newBar("web", "web", 2)
+	want, err := deploymentObject(withDesiredHash(desiredDeployment(bar)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	answer := &metav1.PartialObjectMetadata{
+		TypeMeta: metav1.TypeMeta{APIVersion: "meta.k8s.io/v1", Kind: "PartialObjectMetadata"},
+		ObjectMeta: metav1.ObjectMeta{Name: want.Name, Namespace: want.Namespace, UID: "d-uid", ResourceVersion: "42", Generation: 1,
+			Labels: want.Labels, Annotations: want.Annotations, OwnerReferences: want.OwnerReferences},
+	}
+	var exists atomic.Bool
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if r.Method != http.MethodPost || r.URL.Path != "/apis/apps/v1/namespaces/default/deployments" ||
+			r.URL.RawQuery != "fieldManager=bar-controller" {
+			t.Errorf("request %s %s", r.Method, r.URL)
+		}
+		if ct := r.Header.Get("Content-Type"); ct != runtime.ContentTypeProtobuf {
+			t.Errorf("Content-Type %q", ct)
+		}
+		sent := &appsv1.Deployment{}
+		if _, _, err := scheme.Codecs.UniversalDeserializer().Decode(body, nil, sent); err != nil {
+			t.Errorf("body: %v", err)
+		} else if sent.TypeMeta = want.TypeMeta; !reflect.DeepEqual(sent, want) {
+			t.Errorf("body decodes to\n%+v\nwant\n%+v", sent, want)
+		}
+		if accept := r.Header.Get("Accept"); !strings.HasPrefix(accept, "application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1") {
+			t.Errorf("Accept %q", accept)
+		}
+		if exists.Load() {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusConflict)
+			_ = json.NewEncoder(w).Encode(&apierrors.NewAlreadyExists(appsv1.Resource("deployments"), want.Name).ErrStatus)
+			return
+		}
+		w.Header().Set("Content-Type", "application/vnd.kubernetes.protobuf")
+		w.WriteHeader(http.StatusCreated)
+		if err := protobuf.NewSerializer(nil, nil).Encode(answer, w); err != nil {
+			t.Error(err)
+		}
+	}))
+	defer srv.Close()
+	cs, err := kubernetes.NewForConfig(&rest.Config{Host: srv.URL, ContentConfig: rest.ContentConfig{ContentType: runtime.ContentTypeProtobuf}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &Controller{kubeclientset: cs}
+	sent := want.DeepCopy()
+	created, err := c.postDeployment(context.Background(), sent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if created.ResourceVersion != "42" || created.UID != "d-uid" || created.Generation != 1 {
+		t.Errorf("answer read as %s at resourceVersion %q, generation %d; want d-uid at 42, 1", created.UID, created.ResourceVersion, created.Generation)
+	}
+	if !reflect.DeepEqual(created.Spec, want.Spec) {
+		t.Errorf("created spec %+v, want the spec sent", created.Spec)
+	}
+	exists.Store(true)
+	if _, err := c.postDeployment(context.Background(), want.DeepCopy()); !apierrors.IsAlreadyExists(err) {
+		t.Errorf("an AlreadyExists answer read as %v", err)
+	}
+}
