@@ -21,11 +21,13 @@ import (
 	"fmt"
 
 	appsv1 "k8s.io/api/apps/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/events"
 )
 
 // The controller's writes read one thing from the API server's answer: the
@@ -101,4 +103,30 @@ func (c *Controller) postDeployment(ctx context.Context, obj *appsv1.Deployment)
 	obj.ObjectMeta = meta
 	obj.Status = appsv1.DeploymentStatus{}
 	return obj, nil
+}
+
+// metadataEventSink is tools/events' sink, but its creates ask for the
+// answer's metadata only, as the controller's other writes do: one Event
+// per Bar is a third of a cold start's writes, and the broadcaster keeps
+// nothing of the answer but the metadata (for a series' later patches).
+// Patches and updates (series) stay the library's.
+type metadataEventSink struct {
+	events.EventSinkImpl
+}
+
+func (s *metadataEventSink) Create(ctx context.Context, event *eventsv1.Event) (*eventsv1.Event, error) {
+	client, ok := s.Interface.RESTClient().(*rest.RESTClient)
+	if !ok || client == nil {
+		return s.EventSinkImpl.Create(ctx, event)
+	}
+	if event.Namespace == "" {
+		return nil, fmt.Errorf("can't create an event with empty namespace") // as EventSinkImpl
+	}
+	meta, err := metadataAnswer(ctx, client.Post().Namespace(event.Namespace).Resource("events").Body(event))
+	if err != nil {
+		return nil, err
+	}
+	created := event.DeepCopy()
+	created.ObjectMeta = meta
+	return created, nil
 }

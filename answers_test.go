@@ -28,6 +28,7 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -35,6 +36,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/events"
 )
 
 // TestPostDeploymentAsksForMetadataOnly: the create of a real client is
@@ -104,5 +106,56 @@ func TestPostDeploymentAsksForMetadataOnly(t *testing.T) {
 	exists.Store(true)
 	if _, err := c.postDeployment(context.Background(), want.DeepCopy()); !apierrors.IsAlreadyExists(err) {
 		t.Errorf("an AlreadyExists answer read as %v", err)
+	}
+}
+
+// TestEventCreateAsksForMetadataOnly: an Event's create is the one
+// EventSinkImpl would send, asks for the answer as metadata only, and
+// returns the Event with the answer's metadata.
+func TestEventCreateAsksForMetadataOnly(t *testing.T) {
+	event := &eventsv1.Event{
+		ObjectMeta: metav1.ObjectMeta{Name: "web.1", Namespace: "default"},
+		Reason:     EventDeploymentCreated, Action: actionCreate, Note: "Created Deployment web", Type: "Normal",
+		ReportingController: controllerAgentName, ReportingInstance: controllerAgentName + "-host",
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if r.Method != http.MethodPost || r.URL.Path != "/apis/events.k8s.io/v1/namespaces/default/events" || r.URL.RawQuery != "" {
+			t.Errorf("request %s %s", r.Method, r.URL)
+		}
+		sent := &eventsv1.Event{}
+		if _, _, err := scheme.Codecs.UniversalDeserializer().Decode(body, nil, sent); err != nil {
+			t.Errorf("body: %v", err)
+		} else if sent.Note != event.Note || sent.Name != event.Name {
+			t.Errorf("body decodes to %+v", sent)
+		}
+		if accept := r.Header.Get("Accept"); !strings.HasPrefix(accept, "application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1") {
+			t.Errorf("Accept %q", accept)
+		}
+		w.Header().Set("Content-Type", "application/vnd.kubernetes.protobuf")
+		w.WriteHeader(http.StatusCreated)
+		answer := &metav1.PartialObjectMetadata{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "meta.k8s.io/v1", Kind: "PartialObjectMetadata"},
+			ObjectMeta: metav1.ObjectMeta{Name: event.Name, Namespace: event.Namespace, UID: "e-uid", ResourceVersion: "7"},
+		}
+		if err := protobuf.NewSerializer(nil, nil).Encode(answer, w); err != nil {
+			t.Error(err)
+		}
+	}))
+	defer srv.Close()
+	cs, err := kubernetes.NewForConfig(&rest.Config{Host: srv.URL, ContentConfig: rest.ContentConfig{ContentType: runtime.ContentTypeProtobuf}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := &metadataEventSink{events.EventSinkImpl{Interface: cs.EventsV1()}}
+	created, err := sink.Create(context.Background(), event)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if created.ResourceVersion != "7" || created.UID != "e-uid" || created.Note != event.Note {
+		t.Errorf("created %+v", created)
+	}
+	if event.ResourceVersion != "" {
+		t.Error("the Event passed in was changed")
 	}
 }

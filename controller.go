@@ -149,7 +149,7 @@ func NewController(
 	// flight would take the seats the workers' writes need (limitedSink).
 	// Writing them starts in Run, with the context of the syncs' own
 	// API calls (see recordEvents).
-	eventSink := newLimitedSink(&events.EventSinkImpl{Interface: kubeclientset.EventsV1()}, newFixedSlots(eventWriters))
+	eventSink := newLimitedSink(&metadataEventSink{events.EventSinkImpl{Interface: kubeclientset.EventsV1()}}, newFixedSlots(eventWriters))
 	broadcaster := events.NewBroadcaster(eventSink)
 	if _, err := broadcaster.StartLogging(logger); err != nil {
 		return nil, fmt.Errorf("logging events: %w", err)
