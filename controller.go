@@ -151,7 +151,7 @@ func NewController(
 	// API calls (see recordEvents).
 	eventSink := newLimitedSink(&metadataEventSink{events.EventSinkImpl{Interface: kubeclientset.EventsV1()}}, newFixedSlots(eventWriters))
 	broadcaster := events.NewBroadcaster(eventSink)
-	if _, err := broadcaster.StartLogging(logger); err != nil {
+	if err := logEvents(broadcaster, logger); err != nil {
 		return nil, fmt.Errorf("logging events: %w", err)
 	}
 

@@ -19,12 +19,17 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/klog/v2/ktesting"
 )
 
 // blockingSink counts the writes in flight and holds each until released.
@@ -127,5 +132,39 @@ func TestLimitedSinkWaitIdle(t *testing.T) {
 	}
 	if d := time.Since(start); d < 40*time.Millisecond {
 		t.Errorf("idle after %v, want the quiet period (50ms) after the last write", d)
+	}
+}
+
+// TestLogEvents: Warnings are logged at the default verbosity, Normal
+// Events only from -v=2.
+func TestLogEvents(t *testing.T) {
+	for _, tc := range []struct {
+		verbosity int
+		want      []string
+	}{
+		{0, []string{"DeploymentNotOwned"}},
+		{2, []string{"DeploymentCreated", "DeploymentNotOwned"}},
+	} {
+		t.Run(fmt.Sprintf("v=%d", tc.verbosity), func(t *testing.T) {
+			logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.Verbosity(tc.verbosity), ktesting.BufferLogs(true)))
+			log := eventLogger(logger)
+			for _, e := range []struct{ typ, reason string }{
+				{corev1.EventTypeNormal, EventDeploymentCreated},
+				{corev1.EventTypeWarning, EventDeploymentNotOwned},
+			} {
+				log(&eventsv1.Event{Type: e.typ, Reason: e.reason, Action: actionSync, Note: "a note",
+					Regarding: corev1.ObjectReference{Kind: "Bar", Namespace: "default", Name: "web"}})
+			}
+			buffer := logger.GetSink().(ktesting.Underlier).GetBuffer().String()
+			var got []string
+			for _, reason := range []string{EventDeploymentCreated, EventDeploymentNotOwned} {
+				if strings.Contains(buffer, `reason="`+reason+`"`) {
+					got = append(got, reason)
+				}
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("logged %v, want %v:\n%s", got, tc.want, buffer)
+			}
+		})
 	}
 }
