@@ -17,10 +17,14 @@ limitations under the License.
 package serving
 
 import (
+	"crypto/ecdsa"
 	"crypto/tls"
+	"crypto/x509"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -69,8 +73,40 @@ func TestTLSConfigSelfSigned(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cn := serveAndGetCN(t, cfg); cn == "" {
-		t.Errorf("no certificate served")
+	if cn := serveAndGetCN(t, cfg); !strings.HasPrefix(cn, "bar-controller-metrics@") {
+		t.Errorf("served %q, want the self-signed certificate", cn)
+	}
+}
+
+// TestSelfSigned: an ECDSA key (made in microseconds, not an RSA key's
+// tens of milliseconds), the host as a DNS name or an IP address, a year's
+// validity from an hour back, for serving only, and signed by its own key.
+func TestSelfSigned(t *testing.T) {
+	now := time.Now().Truncate(time.Second)
+	for host, check := range map[string]func(*x509.Certificate) bool{
+		"bar-controller-metrics": func(c *x509.Certificate) bool { return slices.Equal(c.DNSNames, []string{"bar-controller-metrics"}) },
+		"127.0.0.1":              func(c *x509.Certificate) bool { return len(c.IPAddresses) == 1 && c.IPAddresses[0].Equal(net.IPv4(127, 0, 0, 1)) },
+	} {
+		pair, err := selfSigned(host, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := pair.Leaf
+		if _, ok := pair.PrivateKey.(*ecdsa.PrivateKey); !ok {
+			t.Errorf("%s: a %T key", host, pair.PrivateKey)
+		}
+		if !check(c) {
+			t.Errorf("%s: DNS names %v, IP addresses %v", host, c.DNSNames, c.IPAddresses)
+		}
+		if !c.NotBefore.Equal(now.Add(-time.Hour)) || !c.NotAfter.Equal(now.Add(365*24*time.Hour)) {
+			t.Errorf("%s: valid %v to %v", host, c.NotBefore, c.NotAfter)
+		}
+		if c.IsCA || !slices.Equal(c.ExtKeyUsage, []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}) {
+			t.Errorf("%s: CA %v, extended key usage %v", host, c.IsCA, c.ExtKeyUsage)
+		}
+		if err := c.CheckSignature(c.SignatureAlgorithm, c.RawTBSCertificate, c.Signature); err != nil {
+			t.Errorf("%s: not signed by its own key: %v", host, err)
+		}
 	}
 }
 
