@@ -85,7 +85,9 @@ func TestSelfSigned(t *testing.T) {
 	now := time.Now().Truncate(time.Second)
 	for host, check := range map[string]func(*x509.Certificate) bool{
 		"bar-controller-metrics": func(c *x509.Certificate) bool { return slices.Equal(c.DNSNames, []string{"bar-controller-metrics"}) },
-		"127.0.0.1":              func(c *x509.Certificate) bool { return len(c.IPAddresses) == 1 && c.IPAddresses[0].Equal(net.IPv4(127, 0, 0, 1)) },
+		"127.0.0.1": func(c *x509.Certificate) bool {
+			return len(c.IPAddresses) == 1 && c.IPAddresses[0].Equal(net.IPv4(127, 0, 0, 1))
+		},
 	} {
 		pair, err := selfSigned(host, now)
 		if err != nil {
