@@ -53,10 +53,17 @@ var metadataCodecs = func() serializer.CodecFactory {
 }()
 
 // metadataAnswer sends req, a write, asking for metadataOnly, and returns
-// the metadata the API server answered with. An error answer stays the
-// API server's error (a Conflict is still IsConflict).
+// the metadata the API server answered with. An error answer is the
+// Status the API server sent, with its reason, message and causes, as
+// the typed client returns it: Result.Error decodes it, where
+// Result.Raw's error is made from the status code alone (the sync reads
+// a NamespaceTerminating cause and an Invalid's message).
 func metadataAnswer(ctx context.Context, req *rest.Request) (metav1.ObjectMeta, error) {
-	raw, err := req.SetHeader("Accept", metadataOnly).Do(ctx).Raw()
+	result := req.SetHeader("Accept", metadataOnly).Do(ctx)
+	if err := result.Error(); err != nil {
+		return metav1.ObjectMeta{}, err
+	}
+	raw, err := result.Raw()
 	if err != nil {
 		return metav1.ObjectMeta{}, err
 	}
@@ -107,9 +114,10 @@ func (c *Controller) postDeployment(ctx context.Context, obj *appsv1.Deployment)
 
 // metadataEventSink is tools/events' sink, but its creates ask for the
 // answer's metadata only, as the controller's other writes do: one Event
-// per Bar is a third of a cold start's writes, and the broadcaster keeps
-// nothing of the answer but the metadata (for a series' later patches).
-// Patches and updates (series) stay the library's.
+// per Bar is a third of a cold start's writes, and the broadcaster drops
+// a create's answer (recordToSink), but for a series it refreshes, where
+// it caches the answer: the Event it sent, with the answer's metadata
+// here. Patches and updates (series) stay the library's.
 type metadataEventSink struct {
 	events.EventSinkImpl
 }

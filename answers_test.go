@@ -19,6 +19,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -28,11 +29,14 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -42,8 +46,9 @@ import (
 // TestPostDeploymentAsksForMetadataOnly: the create of a real client is
 // the one the typed client would send (path, query, a protobuf body that
 // decodes to the object), asks for the answer as metadata only, and
-// returns the object sent with the answer's metadata; an AlreadyExists
-// answer stays AlreadyExists (createDeployment's retry depends on it).
+// returns the object sent with the answer's metadata; an error answer is
+// the API server's Status, causes and message included: the sync reads a
+// NamespaceTerminating cause and shows an Invalid's message.
 func TestPostDeploymentAsksForMetadataOnly(t *testing.T) {
 	bar := newBar("web", "web", 2)
 	want, err := deploymentObject(withDesiredHash(desiredDeployment(bar)))
@@ -55,7 +60,7 @@ func TestPostDeploymentAsksForMetadataOnly(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: want.Name, Namespace: want.Namespace, UID: "d-uid", ResourceVersion: "42", Generation: 1,
 			Labels: want.Labels, Annotations: want.Annotations, OwnerReferences: want.OwnerReferences},
 	}
-	var exists atomic.Bool
+	var fail atomic.Pointer[apierrors.StatusError]
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		if r.Method != http.MethodPost || r.URL.Path != "/apis/apps/v1/namespaces/default/deployments" ||
@@ -74,10 +79,13 @@ func TestPostDeploymentAsksForMetadataOnly(t *testing.T) {
 		if accept := r.Header.Get("Accept"); !strings.HasPrefix(accept, "application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1") {
 			t.Errorf("Accept %q", accept)
 		}
-		if exists.Load() {
+		if err := fail.Load(); err != nil {
+			// As the API server writes an error: a Status, in JSON.
+			status := err.ErrStatus
+			status.TypeMeta = metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}
 			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusConflict)
-			_ = json.NewEncoder(w).Encode(&apierrors.NewAlreadyExists(appsv1.Resource("deployments"), want.Name).ErrStatus)
+			w.WriteHeader(int(status.Code))
+			_ = json.NewEncoder(w).Encode(&status)
 			return
 		}
 		w.Header().Set("Content-Type", "application/vnd.kubernetes.protobuf")
@@ -103,9 +111,23 @@ func TestPostDeploymentAsksForMetadataOnly(t *testing.T) {
 	if !reflect.DeepEqual(created.Spec, want.Spec) {
 		t.Errorf("created spec %+v, want the spec sent", created.Spec)
 	}
-	exists.Store(true)
-	if _, err := c.postDeployment(context.Background(), want.DeepCopy()); !apierrors.IsAlreadyExists(err) {
-		t.Errorf("an AlreadyExists answer read as %v", err)
+	terminating := apierrors.NewForbidden(appsv1.Resource("deployments"), want.Name, fmt.Errorf("namespace default is being terminated"))
+	terminating.ErrStatus.Details.Causes = []metav1.StatusCause{{Type: corev1.NamespaceTerminatingCause, Message: "namespace default is being terminated", Field: "metadata.namespace"}}
+	invalid := apierrors.NewInvalid(schema.GroupKind{Group: "apps", Kind: "Deployment"}, want.Name, field.ErrorList{field.Invalid(field.NewPath("spec", "replicas"), -1, "must be non-negative")})
+	for _, tc := range []struct {
+		answer *apierrors.StatusError
+		read   func(error) bool
+	}{
+		{apierrors.NewAlreadyExists(appsv1.Resource("deployments"), want.Name), apierrors.IsAlreadyExists},
+		{terminating, func(err error) bool { return apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) }},
+		{invalid, func(err error) bool {
+			return apierrors.IsInvalid(err) && strings.Contains(err.Error(), "spec.replicas")
+		}},
+	} {
+		fail.Store(tc.answer)
+		if _, err := c.postDeployment(context.Background(), want.DeepCopy()); !tc.read(err) {
+			t.Errorf("the answer %q read as %v", tc.answer.ErrStatus.Message, err)
+		}
 	}
 }
 

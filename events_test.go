@@ -135,31 +135,33 @@ func TestLimitedSinkWaitIdle(t *testing.T) {
 	}
 }
 
-// TestLogEvents: Warnings are logged at the default verbosity, Normal
-// Events only from -v=2.
+// TestLogEvents: a Deployment created is logged from -v=2; a repair and
+// a Warning at the default verbosity.
 func TestLogEvents(t *testing.T) {
 	for _, tc := range []struct {
 		verbosity int
 		want      []string
 	}{
-		{0, []string{"DeploymentNotOwned"}},
-		{2, []string{"DeploymentCreated", "DeploymentNotOwned"}},
+		{0, []string{EventDeploymentUpdated, EventDeploymentNotOwned}},
+		{2, []string{EventDeploymentCreated, EventDeploymentUpdated, EventDeploymentNotOwned}},
 	} {
 		t.Run(fmt.Sprintf("v=%d", tc.verbosity), func(t *testing.T) {
 			logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.Verbosity(tc.verbosity), ktesting.BufferLogs(true)))
 			log := eventLogger(logger)
-			for _, e := range []struct{ typ, reason string }{
+			all := []struct{ typ, reason string }{
 				{corev1.EventTypeNormal, EventDeploymentCreated},
+				{corev1.EventTypeNormal, EventDeploymentUpdated},
 				{corev1.EventTypeWarning, EventDeploymentNotOwned},
-			} {
+			}
+			for _, e := range all {
 				log(&eventsv1.Event{Type: e.typ, Reason: e.reason, Action: actionSync, Note: "a note",
 					Regarding: corev1.ObjectReference{Kind: "Bar", Namespace: "default", Name: "web"}})
 			}
 			buffer := logger.GetSink().(ktesting.Underlier).GetBuffer().String()
 			var got []string
-			for _, reason := range []string{EventDeploymentCreated, EventDeploymentNotOwned} {
-				if strings.Contains(buffer, `reason="`+reason+`"`) {
-					got = append(got, reason)
+			for _, e := range all {
+				if strings.Contains(buffer, `reason="`+e.reason+`"`) {
+					got = append(got, e.reason)
 				}
 			}
 			if !slices.Equal(got, tc.want) {

@@ -22,6 +22,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"slices"
@@ -183,7 +184,8 @@ func (s heapSummary) describe() string {
 // profileCPU asks the controller for a CPU profile of the next
 // s.cpuProfile and writes it to save; the channel says when it is done.
 // Only to find where the controller's time goes: the profiler's own cost
-// is small, but a profiled run is not a measured one.
+// is small, but not nothing, so a profiled bench prints its table and
+// writes no report (main.go).
 func (s scenario) profileCPU(ctx context.Context, metricsAddr, token, save string) <-chan error {
 	done := make(chan error, 1)
 	if s.cpuProfile <= 0 {
@@ -192,7 +194,8 @@ func (s scenario) profileCPU(ctx context.Context, metricsAddr, token, save strin
 	}
 	go func() {
 		done <- func() error {
-			url := fmt.Sprintf("https://%s/debug/pprof/profile?seconds=%d", metricsAddr, int(s.cpuProfile.Seconds()))
+			// Whole seconds, at least one: pprof reads seconds=0 as its default, 30.
+			url := fmt.Sprintf("https://%s/debug/pprof/profile?seconds=%d", metricsAddr, max(1, int(math.Ceil(s.cpuProfile.Seconds()))))
 			req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 			if err != nil {
 				return err

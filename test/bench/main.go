@@ -92,6 +92,10 @@ func main() {
 		return
 	}
 
+	if *cpuProf > 0 && *out != "" {
+		fmt.Fprintf(os.Stderr, "bench: --cpu-profile: printing the table only, not writing %s\n", *out)
+		*out = ""
+	}
 	if *ctlArgs != "" && *out != "" {
 		// docs/benchmarks.md is the shipped defaults' report.
 		fmt.Fprintf(os.Stderr, "bench: --controller-args %q: printing the table only, not writing %s\n", *ctlArgs, *out)

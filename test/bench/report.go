@@ -215,10 +215,13 @@ default flags (only its listen addresses and kubeconfig are set, and
   mean user + system time.
 - **live heap**: once converged (and the peak read) and idle (its work
   queue empty: the Deployments it created come back as watch events and
-  sync their Bars once more, writing nothing), the in-use bytes of the
-  controller's heap profile taken right after a collection: what its
-  caches and event series hold. For this the controller runs with
-  `+"`--profiling`"+`, which only adds /debug/pprof/ to its metrics endpoint.
+  sync their Bars once more, writing nothing), the bytes of live objects
+  right after a collection (the runtime's HeapAlloc, which the text heap
+  profile prints after its collection; the profile's own total, one
+  sample per 512 KB, is an estimate): what its caches and event series
+  hold. For this the controller runs with `+"`--profiling`"+`, which only
+  adds /debug/pprof/ to its metrics endpoint; its heap profile names the
+  holders below.
   With Go's default GOGC=100 the heap grows to about twice what is live
   between collections, which peak RSS includes.
 - **API server + etcd CPU**: what kube-apiserver and etcd spent over each
