@@ -104,18 +104,26 @@ func Markdown(m Model, check Row) string {
 	b.WriteString("### The fitted lines\n\n| figure | kind | fixed | per 1,000 Bars |\n| --- | --- | ---: | ---: |\n")
 	for _, f := range Figures {
 		l := m.Lines[f.Key]
-		if f.Kind == PerBar {
+		switch f.Kind {
+		case PerBar:
 			fmt.Fprintf(&b, "| %s | constant | %s | — |\n", f.Name, num(l.A, 2))
-			continue
+		case HeapGoalLinear:
+			fmt.Fprintf(&b, "| %s | a + b·heap goal | %s %s | b = %s per MiB of heap goal |\n", f.Name, num(l.A, 1), f.Unit, num(l.B, 2))
+		case GCScaled:
+			fmt.Fprintf(&b, "| %s | (a + b·N) × GC factor | %s %s | %s %s at GOGC=100 |\n", f.Name, num(l.A, 1), f.Unit, num(l.B*1000, 2), f.Unit)
+		default:
+			fmt.Fprintf(&b, "| %s | a + b·N | %s %s | %s %s |\n", f.Name, num(l.A, 1), f.Unit, num(l.B*1000, 2), f.Unit)
 		}
-		fmt.Fprintf(&b, "| %s | a + b·N | %s %s | %s %s |\n", f.Name, num(l.A, 1), f.Unit, num(l.B*1000, 2), f.Unit)
 	}
 
 	fmt.Fprintf(&b, "\n### The check at %s Bars\n\n| figure | predicted | measured | error | within %.0f %% |\n| --- | ---: | ---: | ---: | --- |\n",
 		thousands(float64(check.N)), Tolerance*100)
 	for _, r := range Check(m, check) {
 		ok := "yes"
-		if math.Abs(r.Error()) > Tolerance {
+		switch {
+		case r.Figure.Derived:
+			ok = "derived"
+		case math.Abs(r.Error()) > Tolerance:
 			ok = "**no**"
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s | %+.1f %% | %s |\n", r.Figure.Name, value(r.Predicted, r.Figure.Unit), value(r.Measured, r.Figure.Unit), r.Error()*100, ok)

@@ -69,12 +69,15 @@ func TestLineSolve(t *testing.T) {
 	}
 }
 
-// row is a row whose every figure lies on a known line, so that a fit
-// from such rows must give those lines back.
+// row is a row whose every figure lies on a known curve of the model's
+// shapes, so that a fit from such rows must give those curves back: peak
+// RSS a line in the heap goal, CPU a line scaled by the GC factor. At
+// 5,000 Bars its live heap (40 MiB) runs at GOGC=80, as a real one does.
 func row(n int) Row {
 	x := float64(n)
-	return Row{Report: "r.md", N: n, Floor: 1 + 0.005*x, Run: 2 + 0.008*x, CPU: 0.002 * x, PeakRSS: 40 + 0.015*x,
-		LiveHeap: 5 + 0.007*x, ServerRun: 0.014 * x, Server: 0.010 * x, Writes: 3, WatchLists: 3}
+	live := 5 + 0.007*x
+	return Row{Report: "r.md", N: n, Floor: 1 + 0.005*x, Run: 2 + 0.008*x, CPU: 0.002 * x * GCCPUFactor(live), PeakRSS: 30 + 1.1*HeapGoal(live),
+		LiveHeap: live, ServerRun: 0.014 * x, Server: 0.010 * x, Writes: 3, WatchLists: 3}
 }
 
 func TestFitRecoversLines(t *testing.T) {
@@ -97,9 +100,13 @@ func TestCheckFlagsOnlyTheFigureThatMisses(t *testing.T) {
 	}
 	measured := row(50000)
 	measured.PeakRSS *= 1.2 // the model underestimates it by a sixth
+	measured.Run *= 1.2     // and the run: only the ratio, derived, shows it too
 	for _, r := range Check(m, measured) {
+		if r.Figure.Derived {
+			continue
+		}
 		missed := math.Abs(r.Error()) > Tolerance
-		if missed != (r.Figure.Key == "rss") {
+		if missed != (r.Figure.Key == "rss" || r.Figure.Key == "run") {
 			t.Errorf("%s: predicted %v, measured %v, error %+.3f: missed = %v", r.Figure.Name, r.Predicted, r.Measured, r.Error(), missed)
 		}
 	}

@@ -46,7 +46,8 @@ func committed(t *testing.T) (Model, Row) {
 
 // TestCommittedReportsPredictTheLargestRow fits the model to the committed
 // reports' small rows and checks its prediction for the largest row, which
-// the fit does not see: every figure within Tolerance (issue 30). A
+// the fit does not see: every figure within Tolerance (issue 30), but
+// derived ones (the converge ratio), which are shown only. A
 // regenerated report that breaks the model fails here; say why in
 // docs/sizing-model.md before widening anything.
 func TestCommittedReportsPredictTheLargestRow(t *testing.T) {
@@ -62,6 +63,9 @@ func TestCommittedReportsPredictTheLargestRow(t *testing.T) {
 	}
 	for _, r := range Check(m, check) {
 		t.Logf("%s at %d Bars: predicted %.4g, measured %.4g (%+.1f %%)", r.Figure.Name, check.N, r.Predicted, r.Measured, r.Error()*100)
+		if r.Figure.Derived {
+			continue // checked through the figures it is made of
+		}
 		if math.IsNaN(r.Error()) || math.Abs(r.Error()) > Tolerance {
 			t.Errorf("%s at %d Bars: predicted %.4g from %d rows up to %d Bars, measured %.4g in %s: %+.1f %%, more than %.0f %%",
 				r.Figure.Name, check.N, r.Predicted, len(m.Rows), largest, r.Measured, check.Report, r.Error()*100, Tolerance*100)

@@ -40,7 +40,7 @@ type Needs struct {
 	ColdStart     float64 // s
 	ControllerCPU float64 // CPU-seconds of the controller over it
 	ServerCPU     float64 // CPU-seconds of the API server and etcd over it
-	PeakRSS       float64 // MiB, no memory limit, GOGC=100
+	PeakRSS       float64 // MiB, no memory limit, the controller's own GOGC (gc.go)
 	LiveHeap      float64 // MiB, converged and idle
 	// What to give the controller's container.
 	Limit      float64 // MiB, a multiple of limitStep
@@ -71,7 +71,32 @@ func limitFor(peak float64) float64 {
 
 // BarsForLimit is the largest N whose Needs fit a memory limit of mib.
 func BarsForLimit(m Model, mib float64) float64 {
-	return m.Lines["rss"].Solve(mib * gomemlimitShare / (1 + Tolerance))
+	return solve(m, "rss", mib*gomemlimitShare/(1+Tolerance))
+}
+
+// solve is the N at which the figure reaches y: +Inf if it does not by
+// maxBars, 0 if it is there already. Peak RSS and controller CPU are not
+// lines in N but are monotone in it (HeapGoal never drops, GCCPUFactor
+// only grows with the live heap), so bisection finds where they cross y.
+func solve(m Model, key string, y float64) float64 {
+	const maxBars = 1e9
+	at := func(n float64) float64 { return m.Predict(key, n) }
+	if at(0) >= y {
+		return 0
+	}
+	if at(maxBars) < y {
+		return math.Inf(1)
+	}
+	lo, hi := 0.0, maxBars
+	for hi-lo > 1e-6*max(1, lo) {
+		mid := (lo + hi) / 2
+		if at(mid) <= y {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return lo
 }
 
 // BarsForTime is the N whose figure (a time or CPU-seconds line) reaches
@@ -80,14 +105,19 @@ func BarsForLimit(m Model, mib float64) float64 {
 // controller has one core (the shipped limit, cpu: 1) and the API server
 // never makes it wait.
 func BarsForTime(m Model, key string, secs float64) float64 {
-	return m.Lines[key].Solve(secs)
+	return solve(m, key, secs)
 }
 
 // PerCoreRate is how many Bars a second one core can take through a cold
 // start, by a CPU line's cost per Bar: the controller's ("cpu") or the API
-// server's and etcd's ("server").
+// server's and etcd's ("server"). The controller's is at the GOGC of a
+// large controller, GCHeadroomPercent, which it runs at from about
+// 9,000 Bars on.
 func PerCoreRate(m Model, key string) float64 {
 	b := m.Lines[key].B
+	if kindOf(key) == GCScaled {
+		b *= (1 - GCCollectorShare) + GCCollectorShare*100/GCHeadroomPercent
+	}
 	if b <= 0 {
 		return math.Inf(1)
 	}

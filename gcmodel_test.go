@@ -1,0 +1,71 @@
+/*
+Copyright The bar-controller Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package main
+
+import (
+	"flag"
+	"testing"
+
+	"github.com/barcontroller/bar-controller/test/bench/model"
+)
+
+// TestGCModelMatchesTuner checks that the sizing model's copy of the GC
+// policy (test/bench/model/gc.go), from which docs/sizing-model.md
+// predicts peak RSS and CPU, is the policy the controller ships: the same
+// constants, and the same GOGC for every live heap from 1 MiB to 4 GiB.
+func TestGCModelMatchesTuner(t *testing.T) {
+	var o options
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	o.addFlags(fs)
+	if err := fs.Parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	if o.gcHeadroom != model.GCHeadroomPercent {
+		t.Errorf("--gc-headroom-percent defaults to %d, the sizing model assumes %d", o.gcHeadroom, model.GCHeadroomPercent)
+	}
+	if gcMinHeadroom != model.GCMinHeadroom {
+		t.Errorf("gcMinHeadroom is %d, the sizing model assumes %d", gcMinHeadroom, model.GCMinHeadroom)
+	}
+
+	const mib = 1 << 20
+	// Every step of the policy lies between 32 and 64 MiB; the quotient's
+	// integer division changes at minHeadroom*100/k, so test either side
+	// of each, and a geometric sweep everywhere else.
+	lives := []uint64{}
+	for k := uint64(40); k <= 110; k++ {
+		b := uint64(gcMinHeadroom) * 100 / k
+		lives = append(lives, b-1, b, b+1)
+	}
+	for b := float64(mib); b <= 4<<30; b *= 1.001 {
+		lives = append(lives, uint64(b))
+	}
+	lives = append(lives, 4<<30)
+	steps := map[int]bool{}
+	for _, live := range lives {
+		want := gcPercent(live, o.gcHeadroom, gcMinHeadroom)
+		steps[want] = true
+		if got := model.GCPercent(float64(live) / mib); got != float64(want) {
+			t.Errorf("%d bytes live: the model says GOGC=%v, the controller sets %d", live, got, want)
+		}
+	}
+	// A sweep that missed the steps would prove little.
+	for _, p := range []int{100, 90, 80, 70, 60, 50} {
+		if !steps[p] {
+			t.Errorf("no live heap tested at GOGC=%d", p)
+		}
+	}
+}
