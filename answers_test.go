@@ -88,18 +88,10 @@ func TestPostDeploymentAsksForMetadataOnly(t *testing.T) {
 			_ = json.NewEncoder(w).Encode(&status)
 			return
 		}
-		w.Header().Set("Content-Type", "application/vnd.kubernetes.protobuf")
-		w.WriteHeader(http.StatusCreated)
-		if err := protobuf.NewSerializer(nil, nil).Encode(answer, w); err != nil {
-			t.Error(err)
-		}
+		writeMetadata(t, w, http.StatusCreated, answer)
 	}))
 	defer srv.Close()
-	cs, err := kubernetes.NewForConfig(&rest.Config{Host: srv.URL, ContentConfig: rest.ContentConfig{ContentType: runtime.ContentTypeProtobuf}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &Controller{kubeclientset: cs}
+	c := &Controller{kubeclientset: protobufClientset(t, srv.URL)}
 	sent := want.DeepCopy()
 	created, err := c.postDeployment(context.Background(), sent)
 	if err != nil {
@@ -154,22 +146,13 @@ func TestEventCreateAsksForMetadataOnly(t *testing.T) {
 		if accept := r.Header.Get("Accept"); !strings.HasPrefix(accept, "application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1") {
 			t.Errorf("Accept %q", accept)
 		}
-		w.Header().Set("Content-Type", "application/vnd.kubernetes.protobuf")
-		w.WriteHeader(http.StatusCreated)
-		answer := &metav1.PartialObjectMetadata{
+		writeMetadata(t, w, http.StatusCreated, &metav1.PartialObjectMetadata{
 			TypeMeta:   metav1.TypeMeta{APIVersion: "meta.k8s.io/v1", Kind: "PartialObjectMetadata"},
 			ObjectMeta: metav1.ObjectMeta{Name: event.Name, Namespace: event.Namespace, UID: "e-uid", ResourceVersion: "7"},
-		}
-		if err := protobuf.NewSerializer(nil, nil).Encode(answer, w); err != nil {
-			t.Error(err)
-		}
+		})
 	}))
 	defer srv.Close()
-	cs, err := kubernetes.NewForConfig(&rest.Config{Host: srv.URL, ContentConfig: rest.ContentConfig{ContentType: runtime.ContentTypeProtobuf}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sink := &metadataEventSink{events.EventSinkImpl{Interface: cs.EventsV1()}}
+	sink := &metadataEventSink{events.EventSinkImpl{Interface: protobufClientset(t, srv.URL).EventsV1()}}
 	created, err := sink.Create(context.Background(), event)
 	if err != nil {
 		t.Fatal(err)
@@ -180,4 +163,25 @@ func TestEventCreateAsksForMetadataOnly(t *testing.T) {
 	if event.ResourceVersion != "" {
 		t.Error("the Event passed in was changed")
 	}
+}
+
+// writeMetadata answers as the API server answers a write asked for
+// metadataOnly: the object's metadata, in protobuf.
+func writeMetadata(t *testing.T, w http.ResponseWriter, code int, answer *metav1.PartialObjectMetadata) {
+	w.Header().Set("Content-Type", "application/vnd.kubernetes.protobuf")
+	w.WriteHeader(code)
+	if err := protobuf.NewSerializer(nil, nil).Encode(answer, w); err != nil {
+		t.Error(err)
+	}
+}
+
+// protobufClientset is a real clientset for url that sends protobuf, as
+// main.go configures the controller's.
+func protobufClientset(t *testing.T, url string) *kubernetes.Clientset {
+	t.Helper()
+	cs, err := kubernetes.NewForConfig(&rest.Config{Host: url, ContentConfig: rest.ContentConfig{ContentType: runtime.ContentTypeProtobuf}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
 }

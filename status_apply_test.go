@@ -29,7 +29,6 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
 	"k8s.io/client-go/rest"
 
 	barv1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1"
@@ -75,10 +74,7 @@ func TestApplyStatusAsksForMetadataOnly(t *testing.T) {
 			_ = json.NewEncoder(w).Encode(&apierrors.NewConflict(barv1.Resource("bars"), bar.Name, nil).ErrStatus)
 			return
 		}
-		w.Header().Set("Content-Type", "application/vnd.kubernetes.protobuf")
-		if err := protobuf.NewSerializer(nil, nil).Encode(answer, w); err != nil {
-			t.Error(err)
-		}
+		writeMetadata(t, w, http.StatusOK, answer)
 	}))
 	defer srv.Close()
 	cs, err := clientset.NewForConfig(&rest.Config{Host: srv.URL})
