@@ -100,6 +100,7 @@ type Controller struct {
 	// controller manages, whole, to compare with what a Bar wants; and the
 	// metadata of every Deployment, to know who holds a name.
 	deploymentsLister     appslisters.DeploymentLister
+	deploymentsIndexer    cache.Indexer
 	deploymentsSynced     cache.InformerSynced
 	deploymentMetaIndexer cache.Indexer
 	deploymentMetaSynced  cache.InformerSynced
@@ -159,6 +160,7 @@ func NewController(
 		kubeclientset:         kubeclientset,
 		barclientset:          barclientset,
 		deploymentsLister:     deploymentInformer.Lister(),
+		deploymentsIndexer:    deploymentInformer.Informer().GetIndexer(),
 		deploymentsSynced:     deploymentInformer.Informer().HasSynced,
 		deploymentMetaIndexer: deploymentMetaInformer.Informer().GetIndexer(),
 		deploymentMetaSynced:  deploymentMetaInformer.Informer().HasSynced,
@@ -174,18 +176,21 @@ func NewController(
 		now:         metav1.Now,
 	}
 	c.recorder = c.newRecorder()
-	// A write to a Deployment must reach both Deployment caches before the
-	// Bar syncs again: either one behind would make the sync write again.
+	// A write to a Deployment must reach the full cache before the Bar
+	// syncs again. Every write carries the managed-by label, so the
+	// metadata cache, which selects the others, never sees it.
 	c.writes = newWriteTracker(map[string][]rvStore{
-		"deployments": {deploymentInformer.Informer().GetIndexer(), c.deploymentMetaIndexer},
+		"deployments": {deploymentInformer.Informer().GetIndexer()},
 		"bars":        {c.barsIndexer},
 	})
 
 	if err := barInformer.Informer().AddIndexers(cache.Indexers{barsByDeploymentName: indexBarByDeploymentName}); err != nil {
 		return nil, fmt.Errorf("adding Bar index: %w", err)
 	}
-	if err := deploymentMetaInformer.Informer().AddIndexers(cache.Indexers{deploymentsByBarUID: indexDeploymentByBarUID}); err != nil {
-		return nil, fmt.Errorf("adding Deployment index: %w", err)
+	for _, informer := range []cache.SharedIndexInformer{deploymentInformer.Informer(), deploymentMetaInformer.Informer()} {
+		if err := informer.AddIndexers(cache.Indexers{deploymentsByBarUID: indexDeploymentByBarUID}); err != nil {
+			return nil, fmt.Errorf("adding Deployment index: %w", err)
+		}
 	}
 	if _, err := barInformer.Informer().AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
 		AddFunc:    c.addBar,
