@@ -211,26 +211,6 @@ func NewController(
 	return c, nil
 }
 
-// Trace makes the controller log every step it takes for the Bars whose
-// "namespace/name" matches pattern (path.Match syntax; see trace.go). Call
-// it before the informers start.
-func (c *Controller) Trace(pattern string) error {
-	t, err := newTracer(pattern, c.logger, c.queue.Len)
-	if err != nil {
-		return err
-	}
-	c.trace = t
-	return nil
-}
-
-// UseSlots makes every sync, and every Event write, hold one of s while it
-// runs (concurrency.go): the workers are then a ceiling, and s says how
-// much of it the API server gets. Call it before Run.
-func (c *Controller) UseSlots(s slots) {
-	c.slots = s
-	c.eventSink.slots = s
-}
-
 // HasSynced reports whether the informer caches have been filled; until
 // then the controller would mistake "not cached yet" for "does not exist".
 func (c *Controller) HasSynced() bool {
@@ -400,14 +380,15 @@ func (c *Controller) processNextWorkItem(ctx, stop context.Context) bool {
 		// cold start of thousands of Bars has thousands of these, which
 		// would empty the bucket and delay every real retry after them.
 		c.queue.AddAfter(key, staleRetryDelay)
-	case apierrors.IsConflict(err):
-		// A precondition failed: the Deployment changed since the cache
-		// showed it (sync.go). The cache is behind the API server, not
-		// broken; the retry judges the newer version. Rate-limited, not
-		// the stale wait's fixed 50 ms: each try is a request.
+	case apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err):
+		// A precondition failed (the Deployment changed since the cache
+		// showed it), or a create found the name taken (freshness.go).
+		// The caches are behind the API server, not broken; the retry
+		// judges what they show next. Rate-limited, not the stale wait's
+		// fixed 50 ms: each try is a request.
 		metrics.RecordSync(metrics.SyncStale, time.Since(start))
 		c.trace.synced(key, start, metrics.SyncStale, err)
-		klog.FromContext(ctx).V(2).Info("The Deployment changed since the cache showed it; retrying", "bar", key, "reason", err)
+		klog.FromContext(ctx).V(2).Info("The API server is ahead of the caches; retrying", "bar", key, "reason", err)
 		c.queue.AddRateLimited(key)
 	case ctx.Err() != nil:
 		// Cancelled because the controller may no longer write (Run):

@@ -74,11 +74,11 @@ func TestNewestDeployment(t *testing.T) {
 		wait     = "wait"
 	)
 	for _, tc := range []struct {
-		name     string
-		have     *appsv1.Deployment
-		meta     metav1.Object
-		holder   string // which copy holds the name, or wait
-		acts     bool   // the sync may act on the full copy
+		name   string
+		have   *appsv1.Deployment
+		meta   metav1.Object
+		holder string // which copy holds the name, or wait
+		acts   bool   // the sync may act on the full copy
 	}{
 		{"neither cache holds it", nil, nil, none, false},
 		{"both hold one version", ours("20"), meta(ours("20")), fromFull, true},

@@ -166,9 +166,7 @@ func compareRVs(a, b string) (cmp int, ok bool) {
 //     waits (a staleCacheError): drift is judged on the full copy, and the
 //     caches will agree with the next event of this very Deployment;
 //   - the Bar's Deployment in the metadata cache alone lost the label,
-//     and the sync puts it back; with the label there, it is a copy the
-//     full cache has yet to read (the selector keeps it out of the
-//     metadata cache otherwise), and the sync waits.
+//     and the sync puts it back.
 //
 // Every wait ends with an event of the Deployment it waits on, never with
 // a bookmark or an unrelated object, so none lasts longer than a watch
@@ -207,9 +205,9 @@ func newestDeployment(bar metav1.Object, have *appsv1.Deployment, meta metav1.Ob
 		return meta, nil, nil
 	}
 	if meta.GetLabels()[managedByLabel] == managedByValue {
-		// The full cache's watch selects it, yet the full cache does not
-		// hold it: it has yet to read its creation (or the label's
-		// return), or the metadata cache has yet to read its deletion.
+		// main.go's selector keeps a labelled Deployment out of the
+		// metadata cache; a cache filled without it (a test's) may hold
+		// one the full cache has yet to read: wait for the full copy.
 		return nil, nil, &staleCacheError{resource: "deployments", object: meta.GetName(), read: "none",
 			ahead: "deployment metadata", wrote: meta.GetResourceVersion()}
 	}
