@@ -115,3 +115,11 @@ func (s *adaptiveSlots) Release() {
 	s.Limiter.Release()
 	metrics.SetConcurrency(s.Limit(), s.InUse())
 }
+
+// UseSlots makes every sync, and every Event write, hold one of s while it
+// runs (concurrency.go): the workers are then a ceiling, and s says how
+// much of it the API server gets. Call it before Run.
+func (c *Controller) UseSlots(s slots) {
+	c.slots = s
+	c.eventSink.slots = s
+}

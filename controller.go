@@ -100,6 +100,7 @@ type Controller struct {
 	// controller manages, whole, to compare with what a Bar wants; and the
 	// metadata of every Deployment, to know who holds a name.
 	deploymentsLister     appslisters.DeploymentLister
+	deploymentsIndexer    cache.Indexer
 	deploymentsSynced     cache.InformerSynced
 	deploymentMetaIndexer cache.Indexer
 	deploymentMetaSynced  cache.InformerSynced
@@ -159,6 +160,7 @@ func NewController(
 		kubeclientset:         kubeclientset,
 		barclientset:          barclientset,
 		deploymentsLister:     deploymentInformer.Lister(),
+		deploymentsIndexer:    deploymentInformer.Informer().GetIndexer(),
 		deploymentsSynced:     deploymentInformer.Informer().HasSynced,
 		deploymentMetaIndexer: deploymentMetaInformer.Informer().GetIndexer(),
 		deploymentMetaSynced:  deploymentMetaInformer.Informer().HasSynced,
@@ -174,18 +176,21 @@ func NewController(
 		now:         metav1.Now,
 	}
 	c.recorder = c.newRecorder()
-	// A write to a Deployment must reach both Deployment caches before the
-	// Bar syncs again: either one behind would make the sync write again.
+	// A write to a Deployment must reach the full cache before the Bar
+	// syncs again. Every write carries the managed-by label, so the
+	// metadata cache, which selects the others, never sees it.
 	c.writes = newWriteTracker(map[string][]rvStore{
-		"deployments": {deploymentInformer.Informer().GetIndexer(), c.deploymentMetaIndexer},
+		"deployments": {deploymentInformer.Informer().GetIndexer()},
 		"bars":        {c.barsIndexer},
 	})
 
 	if err := barInformer.Informer().AddIndexers(cache.Indexers{barsByDeploymentName: indexBarByDeploymentName}); err != nil {
 		return nil, fmt.Errorf("adding Bar index: %w", err)
 	}
-	if err := deploymentMetaInformer.Informer().AddIndexers(cache.Indexers{deploymentsByBarUID: indexDeploymentByBarUID}); err != nil {
-		return nil, fmt.Errorf("adding Deployment index: %w", err)
+	for _, informer := range []cache.SharedIndexInformer{deploymentInformer.Informer(), deploymentMetaInformer.Informer()} {
+		if err := informer.AddIndexers(cache.Indexers{deploymentsByBarUID: indexDeploymentByBarUID}); err != nil {
+			return nil, fmt.Errorf("adding Deployment index: %w", err)
+		}
 	}
 	if _, err := barInformer.Informer().AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
 		AddFunc:    c.addBar,
@@ -204,26 +209,6 @@ func NewController(
 		}
 	}
 	return c, nil
-}
-
-// Trace makes the controller log every step it takes for the Bars whose
-// "namespace/name" matches pattern (path.Match syntax; see trace.go). Call
-// it before the informers start.
-func (c *Controller) Trace(pattern string) error {
-	t, err := newTracer(pattern, c.logger, c.queue.Len)
-	if err != nil {
-		return err
-	}
-	c.trace = t
-	return nil
-}
-
-// UseSlots makes every sync, and every Event write, hold one of s while it
-// runs (concurrency.go): the workers are then a ceiling, and s says how
-// much of it the API server gets. Call it before Run.
-func (c *Controller) UseSlots(s slots) {
-	c.slots = s
-	c.eventSink.slots = s
 }
 
 // HasSynced reports whether the informer caches have been filled; until
@@ -395,14 +380,15 @@ func (c *Controller) processNextWorkItem(ctx, stop context.Context) bool {
 		// cold start of thousands of Bars has thousands of these, which
 		// would empty the bucket and delay every real retry after them.
 		c.queue.AddAfter(key, staleRetryDelay)
-	case apierrors.IsConflict(err):
-		// A precondition failed: the Deployment changed since the cache
-		// showed it (sync.go). The cache is behind the API server, not
-		// broken; the retry judges the newer version. Rate-limited, not
-		// the stale wait's fixed 50 ms: each try is a request.
+	case apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err):
+		// A precondition failed (the Deployment changed since the cache
+		// showed it), or a create found the name taken (freshness.go).
+		// The caches are behind the API server, not broken; the retry
+		// judges what they show next. Rate-limited, not the stale wait's
+		// fixed 50 ms: each try is a request.
 		metrics.RecordSync(metrics.SyncStale, time.Since(start))
 		c.trace.synced(key, start, metrics.SyncStale, err)
-		klog.FromContext(ctx).V(2).Info("The Deployment changed since the cache showed it; retrying", "bar", key, "reason", err)
+		klog.FromContext(ctx).V(2).Info("The API server is ahead of the caches; retrying", "bar", key, "reason", err)
 		c.queue.AddRateLimited(key)
 	case ctx.Err() != nil:
 		// Cancelled because the controller may no longer write (Run):

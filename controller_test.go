@@ -113,12 +113,13 @@ func TestRepairsDrift(t *testing.T) {
 	}
 }
 
-// TestDeletedDeploymentWaitsForTheMetadataCache: right after a Deployment
-// of ours is deleted, the full cache may have dropped it while the
-// metadata cache still holds it. The sync must not take it for a
-// Deployment that lost its label (and announce the recreation as an
-// update): it waits for the metadata cache, and sends nothing.
-func TestDeletedDeploymentWaitsForTheMetadataCache(t *testing.T) {
+// TestLabelRemovalNeitherCacheHolds: the two Deployment caches select by
+// the managed-by label, so when someone removes it from a Deployment of
+// ours, the full cache drops it, and for a moment neither cache holds it.
+// The sync then creates, and the API server answers AlreadyExists: the
+// sync reports nothing (no status, no event) and is retried; once the
+// metadata cache holds the Deployment, the label is put back.
+func TestLabelRemovalNeitherCacheHolds(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	f := newFixture(t)
 	bar := withStatus(newBar("test", "web", 2), 2, metav1.ConditionTrue, barv1.ReasonDeploymentAvailable, readyMessage(2, 2, "web"))
@@ -127,21 +128,33 @@ func TestDeletedDeploymentWaitsForTheMetadataCache(t *testing.T) {
 	f.bars = append(f.bars, bar)
 	f.deployments = append(f.deployments, d)
 	c := f.newController(ctx)
-	// The full cache reads the delete (at resourceVersion 12); the
-	// metadata cache is still at 10.
-	gone := d.DeepCopy()
-	gone.ResourceVersion = "12"
-	if err := f.kubeInformers.Apps().V1().Deployments().Informer().GetIndexer().Delete(gone); err != nil {
+
+	unlabelled := d.DeepCopy()
+	unlabelled.ResourceVersion = "12"
+	delete(unlabelled.Labels, managedByLabel)
+	takenBy(t, unlabelled, "", fieldpath.MakePathOrDie("metadata", "labels", managedByLabel))
+	if err := f.kubeclient.Tracker().Update(appsv1.SchemeGroupVersion.WithResource("deployments"), unlabelled, unlabelled.Namespace); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.kubeInformers.Apps().V1().Deployments().Informer().GetIndexer().Delete(d); err != nil {
 		t.Fatal(err)
 	}
 	err := c.syncHandler(ctx, keyOf(bar))
-	var stale *staleCacheError
-	if !errors.As(err, &stale) {
-		t.Fatalf("syncHandler: %v, want a stale cache", err)
+	if !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("syncHandler: %v, want AlreadyExists", err)
 	}
-	checkActions(t, "kube", nil, f.kubeclient.Actions())
+	checkActions(t, "kube", []core.Action{createDeploymentAction(bar)}, f.kubeclient.Actions())
 	checkActions(t, "bar", nil, f.client.Actions())
 	checkEvents(t, nil, f.recorder.Events)
+
+	f.kubeclient.ClearActions()
+	f.updateMetadataCache(t, unlabelled)
+	if err := c.syncHandler(ctx, keyOf(bar)); err != nil {
+		t.Fatal(err)
+	}
+	checkActions(t, "kube", []core.Action{applyDeploymentAction(bar, unlabelled)}, f.kubeclient.Actions())
+	checkActions(t, "bar", nil, f.client.Actions())
+	checkEvents(t, []string{"Normal DeploymentUpdated Updated Deployment web to match the Bar: metadata.labels"}, f.recorder.Events)
 }
 
 // TestAdmissionRewriteIsNotDrift: what mutating admission made of the

@@ -74,35 +74,33 @@ func TestNewestDeployment(t *testing.T) {
 		wait     = "wait"
 	)
 	for _, tc := range []struct {
-		name     string
-		have     *appsv1.Deployment
-		meta     metav1.Object
-		metaRead string
-		holder   string // which copy holds the name, or wait
-		acts     bool   // the sync may act on the full copy
+		name   string
+		have   *appsv1.Deployment
+		meta   metav1.Object
+		holder string // which copy holds the name, or wait
+		acts   bool   // the sync may act on the full copy
 	}{
-		{"neither cache holds it", nil, nil, "30", none, false},
-		{"both hold one version", ours("20"), meta(ours("20")), "30", fromFull, true},
-		{"the metadata cache has not read the create", ours("20"), nil, "19", fromFull, true},
-		{"the metadata cache read the delete, the full one not yet", ours("20"), nil, "25", wait, false},
+		{"neither cache holds it", nil, nil, none, false},
+		{"both hold one version", ours("20"), meta(ours("20")), fromFull, true},
+		{"a managed Deployment, in the full cache alone", ours("20"), nil, fromFull, true},
 		// The race of issue 27: someone removes the ownerReference, the
 		// full cache reads it first.
-		{"ownerReference removed, full cache first", taken("25"), meta(ours("20")), "20", fromFull, true},
-		{"ownerReference removed, metadata cache first", ours("20"), meta(taken("25")), "25", fromMeta, false},
-		{"a change of ours the full cache has yet to read", ours("20"), meta(ours("25")), "25", wait, false},
-		{"the full cache holds a namesake that is gone", namesake("15"), meta(unlabelled("20")), "20", fromMeta, false},
-		{"the full cache holds a namesake that is gone, the new one labelled", namesake("15"), meta(ours("20")), "20", wait, false},
-		{"the metadata cache holds a namesake that is gone", ours("20"), meta(namesake("15")), "20", fromFull, true},
+		{"ownerReference removed, full cache first", taken("25"), meta(ours("20")), fromFull, true},
+		{"ownerReference removed, metadata cache first", ours("20"), meta(taken("25")), fromMeta, false},
+		{"a change of ours the full cache has yet to read", ours("20"), meta(ours("25")), wait, false},
+		{"the full cache holds a namesake that is gone", namesake("15"), meta(unlabelled("20")), fromMeta, false},
+		{"the full cache holds a namesake that is gone, the new one labelled", namesake("15"), meta(ours("20")), wait, false},
+		{"the metadata cache holds a namesake that is gone", ours("20"), meta(namesake("15")), fromFull, true},
 		// The full cache read the label's removal as a delete, and will
 		// never read this Deployment again: act on the metadata copy.
-		{"the label removed", nil, meta(unlabelled("25")), "25", fromMeta, false},
-		{"the label removed, and changed since", nil, meta(unlabelled("31")), "31", fromMeta, false},
-		{"ours and labelled, in metadata only: created, or deleted in the full cache first", nil, meta(ours("25")), "25", wait, false},
-		{"someone else's, in metadata only", nil, meta(taken("25")), "25", fromMeta, false},
-		{"versions that do not compare (fakes)", ours(""), meta(ours("")), "", fromMeta, true},
+		{"the label removed", nil, meta(unlabelled("25")), fromMeta, false},
+		{"the label removed, and changed since", nil, meta(unlabelled("31")), fromMeta, false},
+		{"ours and labelled, in metadata only: created, or deleted in the full cache first", nil, meta(ours("25")), wait, false},
+		{"someone else's, in metadata only", nil, meta(taken("25")), fromMeta, false},
+		{"versions that do not compare (fakes)", ours(""), meta(ours("")), fromMeta, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			holder, have, err := newestDeployment(bar, tc.have, tc.meta, tc.metaRead)
+			holder, have, err := newestDeployment(bar, tc.have, tc.meta)
 			var stale *staleCacheError
 			got := none
 			switch {

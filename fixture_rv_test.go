@@ -59,6 +59,8 @@ func bumpResourceVersion(tracker core.ObjectTracker) core.ReactionFunc {
 // resourceVersion, as a real API server does; the fake's own create keeps
 // it empty, and the controller waits for its caches to reach the
 // resourceVersion of its own writes (freshness.go).
+// What it creates goes to the metadata tracker as well if it lacks the
+// managed-by label, as main.go's selectors split them.
 func createWithResourceVersion(tracker, metaTracker core.ObjectTracker) core.ReactionFunc {
 	var next atomic.Int64
 	next.Store(100)
@@ -76,7 +78,7 @@ func createWithResourceVersion(tracker, metaTracker core.ObjectTracker) core.Rea
 		m.SetResourceVersion(strconv.FormatInt(next.Add(1), 10))
 		create.Object = obj
 		handled, out, err := core.ObjectReaction(tracker)(create)
-		if err == nil {
+		if err == nil && !managed(obj.(*appsv1.Deployment)) {
 			err = metaTracker.Create(appsv1.SchemeGroupVersion.WithResource("deployments"), &metav1.PartialObjectMetadata{
 				TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"}, ObjectMeta: obj.(*appsv1.Deployment).ObjectMeta}, m.GetNamespace())
 		}
@@ -92,4 +94,10 @@ func stampResourceVersion(tracker core.ObjectTracker, rv string) core.ReactionFu
 		}
 		return handled, obj, err
 	}
+}
+
+// managed says which of main.go's two Deployment watches selects d: the
+// full one if it carries the managed-by label, the metadata one if not.
+func managed(d *appsv1.Deployment) bool {
+	return d.Labels[managedByLabel] == managedByValue
 }

@@ -82,8 +82,10 @@ func (f *fixture) newController(ctx context.Context) *Controller {
 	}
 	for _, d := range f.deployments {
 		kubeObjs = append(kubeObjs, d)
-		metaObjs = append(metaObjs, &metav1.PartialObjectMetadata{
-			TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"}, ObjectMeta: d.ObjectMeta})
+		if !managed(d) {
+			metaObjs = append(metaObjs, &metav1.PartialObjectMetadata{
+				TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"}, ObjectMeta: d.ObjectMeta})
+		}
 	}
 	f.client = fake.NewSimpleClientset(barObjs...)
 	f.kubeclient = k8sfake.NewClientset(kubeObjs...)
@@ -100,8 +102,9 @@ func (f *fixture) newController(ctx context.Context) *Controller {
 	}
 	metaClient := metadatafake.NewSimpleMetadataClient(metaScheme, metaObjs...)
 	f.metaInformers = metadatainformer.NewSharedInformerFactory(metaClient, 0)
-	// What the controller creates shows in the metadata watch too, as it
-	// does on a real API server, where both watches read one store.
+	// What the controller creates shows in the watch that selects it, as
+	// on a real API server: the full one (it carries the managed-by label),
+	// never the metadata one (fixture_rv_test.go).
 	f.kubeclient.PrependReactor("create", "deployments", createWithResourceVersion(f.kubeclient.Tracker(), metaClient.Tracker()))
 	f.deploymentMeta = f.metaInformers.ForResource(appsv1.SchemeGroupVersion.WithResource("deployments"))
 	f.barInformers, f.kubeInformers = barInformers, kubeInformers
@@ -120,12 +123,13 @@ func (f *fixture) newController(ctx context.Context) *Controller {
 		}
 	}
 	// As in main.go: the full cache holds the Deployments with the
-	// managed-by label, the metadata cache every Deployment, trimmed.
+	// managed-by label, the metadata cache every other, trimmed.
 	for _, d := range f.deployments {
-		if d.Labels[managedByLabel] == managedByValue {
+		if managed(d) {
 			if err := kubeInformers.Apps().V1().Deployments().Informer().GetIndexer().Add(d); err != nil {
 				f.t.Fatal(err)
 			}
+			continue
 		}
 		m, err := trimDeploymentMetadata(&metav1.PartialObjectMetadata{ObjectMeta: d.ObjectMeta})
 		if err != nil {

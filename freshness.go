@@ -143,49 +143,41 @@ func compareRVs(a, b string) (cmp int, ok bool) {
 }
 
 // newestDeployment decides what the sync may believe about the Deployment
-// a Bar names, from the two caches that hold it: have is the full cache's
-// copy (only Deployments with the managed-by label), meta the metadata
-// cache's (every Deployment), either nil when that cache holds none;
-// metaRead is how far the metadata cache had read before either copy was
-// taken. It returns the holder of the name (nil if nobody holds it) and
-// have if the sync may act on it.
+// a Bar names, from the two caches that may hold it: have is the full
+// cache's copy (the Deployments with the managed-by label), meta the
+// metadata cache's (every other Deployment), either nil when that cache
+// holds none. It returns the holder of the name (nil if nobody holds it)
+// and have if the sync may act on it.
 //
-// The two informers watch the same objects and deliver independently, so
-// for a moment after any change one cache holds a newer version than the
-// other. The sync must judge ownership from the newer one: when someone
-// removes the Bar's ownerReference and the full cache has the change
-// first, the metadata cache still shows the Deployment controlled by the
-// Bar, and a sync that believed it would force an apply and put the
-// ownerReference back. So, for one Deployment:
+// The caches select by the label, so a Deployment is in one of them; but
+// the two informers deliver independently, so while someone adds or
+// removes the label, both may hold a copy for a moment (or neither: then
+// the sync sees no Deployment, and a create fails with AlreadyExists and
+// is retried). The sync must judge ownership from the newer copy: when
+// someone removes the Bar's ownerReference together with the label and
+// the metadata cache has the change first, the full cache still shows the
+// Deployment controlled by the Bar, and a sync that believed it would
+// force an apply and put the ownerReference back. So, for one Deployment:
 //
 //   - the newer copy (by resourceVersion) decides who controls it;
 //   - a Deployment the newer copy says is not this Bar's is left alone at
 //     once: nothing more could make it ours;
-//   - if it is this Bar's but the full cache holds an older copy, or none
-//     while the metadata copy carries the managed-by label, the sync waits
-//     (a staleCacheError): drift is judged on the full copy, and the
+//   - if it is this Bar's but the full cache holds an older copy, the sync
+//     waits (a staleCacheError): drift is judged on the full copy, and the
 //     caches will agree with the next event of this very Deployment;
-//   - the Bar's Deployment without the managed-by label is one the full
-//     cache will never hold: it lost the label, and the sync puts it back.
+//   - the Bar's Deployment in the metadata cache alone lost the label,
+//     and the sync puts it back.
 //
 // Every wait ends with an event of the Deployment it waits on, never with
 // a bookmark or an unrelated object, so none lasts longer than a watch
 // event's delivery. With copies whose versions do not compare (fakes), the
 // metadata cache decides, as before this rule.
-func newestDeployment(bar metav1.Object, have *appsv1.Deployment, meta metav1.Object, metaRead string) (metav1.Object, *appsv1.Deployment, error) {
+func newestDeployment(bar metav1.Object, have *appsv1.Deployment, meta metav1.Object) (metav1.Object, *appsv1.Deployment, error) {
 	switch {
 	case have == nil && meta == nil:
 		return nil, nil, nil
 	case meta == nil:
-		// The metadata cache has not read the Deployment yet (then the
-		// full copy is the newer), or has read its deletion, which the
-		// full cache has yet to: then the full copy is of a Deployment
-		// that is gone, and acting on it would recreate it by apply. The
-		// full cache's delete event ends the wait.
-		if cmp, ok := compareRVs(metaRead, have.ResourceVersion); ok && cmp > 0 {
-			return nil, nil, &staleCacheError{resource: "deployments", object: have.Name, read: have.ResourceVersion,
-				ahead: "deployment metadata (which no longer holds it)", wrote: metaRead}
-		}
+		// The usual case: a managed Deployment, in the full cache alone.
 		return have, have, nil
 	case have != nil:
 		cmp, ok := compareRVs(have.ResourceVersion, meta.GetResourceVersion())
@@ -213,9 +205,9 @@ func newestDeployment(bar metav1.Object, have *appsv1.Deployment, meta metav1.Ob
 		return meta, nil, nil
 	}
 	if meta.GetLabels()[managedByLabel] == managedByValue {
-		// The full cache's watch selects it, yet the full cache does not
-		// hold it: it has yet to read its creation (or the label's
-		// return), or the metadata cache has yet to read its deletion.
+		// main.go's selector keeps a labelled Deployment out of the
+		// metadata cache; a cache filled without it (a test's) may hold
+		// one the full cache has yet to read: wait for the full copy.
 		return nil, nil, &staleCacheError{resource: "deployments", object: meta.GetName(), read: "none",
 			ahead: "deployment metadata", wrote: meta.GetResourceVersion()}
 	}

@@ -152,19 +152,22 @@ func run(ctx context.Context, opts options) error {
 	}
 
 	// Deployments are watched twice, so that the cache holds only what the
-	// controller reads. Whole: only the ones with the managed-by label
-	// newDeployment sets, to compare with what their Bars want. Metadata
-	// only (the API server sends nothing else): every Deployment, so that
-	// one that stands in a Bar's way is seen, and never written to, and its
-	// removal wakes that Bar. Unrelated Deployments then cost their name,
-	// UID and controller reference (trimDeploymentMetadata), not a decoded
-	// Deployment.
+	// controller reads, and each Deployment once. Whole: the ones with the
+	// managed-by label newDeployment sets, to compare with what their Bars
+	// want. Metadata only (the API server sends nothing else): every other
+	// Deployment, so that one that stands in a Bar's way is seen, and never
+	// written to, and its removal wakes that Bar. Unrelated Deployments
+	// then cost their name, UID and controller reference
+	// (trimDeploymentMetadata), not a decoded Deployment; a Deployment
+	// moves from one cache to the other when its label is added or removed.
 	kubeInformerFactory := kubeinformers.NewSharedInformerFactoryWithOptions(kubeClient, opts.resyncPeriod,
 		kubeinformers.WithNamespace(opts.namespace), kubeinformers.WithTransform(trimDeployment),
 		kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.LabelSelector = managedByLabel + "=" + managedByValue
 		}))
-	metaInformerFactory := metadatainformer.NewFilteredSharedInformerFactory(metaClient, 0, opts.namespace, nil)
+	metaInformerFactory := metadatainformer.NewFilteredSharedInformerFactory(metaClient, 0, opts.namespace, func(o *metav1.ListOptions) {
+		o.LabelSelector = managedByLabel + "!=" + managedByValue
+	})
 	deploymentMeta := metaInformerFactory.ForResource(appsv1.SchemeGroupVersion.WithResource("deployments"))
 	if err := deploymentMeta.Informer().SetTransform(trimDeploymentMetadata); err != nil {
 		return err

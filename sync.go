@@ -28,6 +28,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -130,13 +131,10 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) erro
 // deploymentFor reads the Deployment the Bar asks for from the caches:
 // holder is whatever holds that name (nil if nothing does), and have the
 // whole Deployment if it is one this controller manages (nil otherwise).
-// The metadata cache sees every Deployment; the full one only those with
-// the controller's managed-by label, so a Deployment of ours whose label
-// someone removed has a holder and no have.
+// The full cache holds the Deployments with the controller's managed-by
+// label, the metadata cache every other, so a Deployment of ours whose
+// label someone removed has a holder and no have.
 func (c *Controller) deploymentFor(bar *barv1.Bar) (holder metav1.Object, have *appsv1.Deployment, err error) {
-	// How far the metadata cache has read, taken before either copy: a store's
-	// version only grows, so what it holds (or not) next is at least this new.
-	metaRead := c.deploymentMetaIndexer.LastStoreSyncResourceVersion()
 	have, err = c.deploymentsLister.Deployments(bar.Namespace).Get(bar.Spec.Deployment.Name)
 	if apierrors.IsNotFound(err) {
 		have = nil
@@ -151,9 +149,9 @@ func (c *Controller) deploymentFor(bar *barv1.Bar) (holder metav1.Object, have *
 	if exists {
 		meta = obj.(metav1.Object)
 	}
-	// The two caches may hold different versions of it: believe the
-	// newer, or wait (freshness.go).
-	return newestDeployment(bar, have, meta, metaRead)
+	// While its label changes, both caches may hold a copy of it:
+	// believe the newer, or wait (freshness.go).
+	return newestDeployment(bar, have, meta)
 }
 
 // applyDeployment makes the Deployment match the Bar, writing only if the
@@ -241,15 +239,35 @@ func (c *Controller) createDeployment(ctx context.Context, bar *barv1.Bar, want 
 // oldDeployments returns the Deployments the Bar controls under a name it
 // no longer asks for (spec.deployment.name changed), but not those already
 // being deleted.
+//
+// They are in either cache (with the managed-by label or without it), for
+// a moment in both while the label changes: then the newer copy counts.
 func (c *Controller) oldDeployments(bar *barv1.Bar) ([]metav1.Object, error) {
-	owned, err := c.deploymentMetaIndexer.ByIndex(deploymentsByBarUID, string(bar.UID))
-	if err != nil {
-		return nil, err
+	newest := map[types.UID]metav1.Object{}
+	var order []types.UID
+	for _, indexer := range []cache.Indexer{c.deploymentsIndexer, c.deploymentMetaIndexer} {
+		owned, err := indexer.ByIndex(deploymentsByBarUID, string(bar.UID))
+		if err != nil {
+			return nil, err
+		}
+		for _, obj := range owned {
+			d := obj.(metav1.Object)
+			seen, ok := newest[d.GetUID()]
+			if !ok {
+				order = append(order, d.GetUID())
+				newest[d.GetUID()] = d
+				continue
+			}
+			if cmp, comparable := compareRVs(d.GetResourceVersion(), seen.GetResourceVersion()); comparable && cmp > 0 {
+				newest[d.GetUID()] = d
+			}
+		}
 	}
 	var old []metav1.Object
-	for _, obj := range owned {
-		d := obj.(metav1.Object)
-		if d.GetName() != bar.Spec.Deployment.Name && d.GetNamespace() == bar.Namespace && d.GetDeletionTimestamp() == nil {
+	for _, uid := range order {
+		d := newest[uid]
+		if d.GetName() != bar.Spec.Deployment.Name && d.GetNamespace() == bar.Namespace && d.GetDeletionTimestamp() == nil &&
+			metav1.IsControlledBy(d, bar) {
 			old = append(old, d)
 		}
 	}

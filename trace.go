@@ -202,3 +202,15 @@ func (t *tracer) synced(key cache.ObjectName, start time.Time, result string, er
 	}
 	t.logger.Info("Sync done", "bar", key, "took", time.Since(start), "result", result)
 }
+
+// Trace makes the controller log every step it takes for the Bars whose
+// "namespace/name" matches pattern (path.Match syntax; see trace.go). Call
+// it before the informers start.
+func (c *Controller) Trace(pattern string) error {
+	t, err := newTracer(pattern, c.logger, c.queue.Len)
+	if err != nil {
+		return err
+	}
+	c.trace = t
+	return nil
+}
