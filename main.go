@@ -312,6 +312,8 @@ func restConfig(opts options) (*rest.Config, error) {
 	}
 	cfg.QPS = float32(opts.qps)
 	cfg.Burst = opts.burst
+	// An explicit false keeps what the kubeconfig says (disable-compression).
+	cfg.DisableCompression = cfg.DisableCompression || opts.noCompression
 	replica, err := leader.ReplicaName()
 	if err != nil {
 		return nil, err

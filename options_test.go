@@ -18,10 +18,13 @@ package main
 
 import (
 	"flag"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/barcontroller/bar-controller/internal/apiauth"
 )
@@ -78,5 +81,51 @@ func TestMetricsAuthConfig(t *testing.T) {
 	}
 	if cfg.QPS != -1 || cfg.Timeout != 0 || strings.Contains(cfg.UserAgent, "metrics-auth") {
 		t.Errorf("the controller's configuration changed: QPS %v, timeout %v, user agent %q", cfg.QPS, cfg.Timeout, cfg.UserAgent)
+	}
+}
+
+// TestDisableCompression: the controller does not accept gzip by default,
+// --disable-compression=false lets it, and a kubeconfig that disables
+// compression for its cluster is obeyed either way.
+func TestDisableCompression(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		kubeconfig bool // the kubeconfig's cluster says disable-compression: true
+		flag       string
+		want       bool
+	}{
+		{"default", false, "", true},
+		{"flag false", false, "--disable-compression=false", false},
+		{"flag false, kubeconfig disables", true, "--disable-compression=false", true},
+		{"default, kubeconfig disables", true, "", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "kubeconfig")
+			kc := clientcmdapi.NewConfig()
+			kc.Clusters["c"] = &clientcmdapi.Cluster{Server: "https://api.example:6443", DisableCompression: tc.kubeconfig}
+			kc.AuthInfos["u"] = &clientcmdapi.AuthInfo{Token: "t"}
+			kc.Contexts["x"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "u"}
+			kc.CurrentContext = "x"
+			if err := clientcmd.WriteToFile(*kc, path); err != nil {
+				t.Fatal(err)
+			}
+			var o options
+			fs := flag.NewFlagSet("test", flag.ContinueOnError)
+			o.addFlags(fs)
+			args := []string{"--kubeconfig=" + path}
+			if tc.flag != "" {
+				args = append(args, tc.flag)
+			}
+			if err := fs.Parse(args); err != nil {
+				t.Fatal(err)
+			}
+			cfg, err := restConfig(o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.DisableCompression != tc.want {
+				t.Errorf("DisableCompression %v, want %v", cfg.DisableCompression, tc.want)
+			}
+		})
 	}
 }
