@@ -96,9 +96,9 @@ type Controller struct {
 	kubeclientset kubernetes.Interface
 	barclientset  clientset.Interface
 
-	// Two views of Deployments (see main.go): the Deployments this
+	// Two disjoint views of Deployments (see main.go): the ones this
 	// controller manages, whole, to compare with what a Bar wants; and the
-	// metadata of every Deployment, to know who holds a name.
+	// metadata of every other, to know who holds a name.
 	deploymentsLister     appslisters.DeploymentLister
 	deploymentsIndexer    cache.Indexer
 	deploymentsSynced     cache.InformerSynced
