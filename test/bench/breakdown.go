@@ -29,8 +29,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
-	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
-	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
@@ -73,39 +71,27 @@ var variants = []variant{
 		}
 		return createEvent(ctx, w.kube, ns, fmt.Sprintf("bar-%05d", i))
 	}},
-	{name: "server-side apply for the Deployment and the status", write: applyWrites},
+	{name: "floor with the status as a server-side apply", write: applyStatusWrites},
 	{name: "floor with the controller's three watches open", watches: controllerWatches, write: floorWrites},
 	{name: "floor with the bench's two convergence watches open", watches: benchWatches, write: floorWrites},
-	{name: "apply, Event and the controller's watches: its requests, without its CPU", watches: controllerWatches, write: func(ctx context.Context, w writers, ns string, i int) error {
-		if err := applyWrites(ctx, w, ns, i); err != nil {
+	{name: "status apply, Event and the controller's watches: its requests, without its CPU", watches: controllerWatches, write: func(ctx context.Context, w writers, ns string, i int) error {
+		if err := applyStatusWrites(ctx, w, ns, i); err != nil {
 			return err
 		}
 		return createEvent(ctx, w.kube, ns, fmt.Sprintf("bar-%05d", i))
 	}},
 }
 
-// applyWrites makes the same objects as floorWrites, with the requests the
-// controller sends: an unforced apply of the Deployment (it does not exist
-// yet) and a forced apply of the status, both as field manager
-// bar-controller.
-func applyWrites(ctx context.Context, w writers, ns string, i int) error {
+// applyStatusWrites makes the same objects as floorWrites, with the
+// requests the controller sends (sync.go): a plain create of the
+// Deployment, and a forced apply of the status as field manager
+// bar-controller instead of an update.
+func applyStatusWrites(ctx context.Context, w writers, ns string, i int) error {
 	bar, err := w.bars.BarcontrollerV1().Bars(ns).Create(ctx, benchBar(ns, i), metav1.CreateOptions{})
 	if err != nil {
 		return err
 	}
-	d := floorDeployment(bar)
-	ref := d.OwnerReferences[0]
-	ac := appsv1ac.Deployment(d.Name, ns).
-		WithLabels(d.Labels).
-		WithOwnerReferences(metav1ac.OwnerReference().WithAPIVersion(ref.APIVersion).WithKind(ref.Kind).
-			WithName(ref.Name).WithUID(ref.UID).WithController(true).WithBlockOwnerDeletion(true)).
-		WithSpec(appsv1ac.DeploymentSpec().
-			WithReplicas(*d.Spec.Replicas).
-			WithSelector(metav1ac.LabelSelector().WithMatchLabels(d.Spec.Selector.MatchLabels)).
-			WithTemplate(corev1ac.PodTemplateSpec().
-				WithLabels(d.Spec.Template.Labels).
-				WithSpec(corev1ac.PodSpec().WithContainers(corev1ac.Container().WithName("app").WithImage(bar.Spec.Template.Image)))))
-	if _, err := w.kube.AppsV1().Deployments(ns).Apply(ctx, ac, metav1.ApplyOptions{FieldManager: "bar-controller"}); err != nil {
+	if _, err := w.kube.AppsV1().Deployments(ns).Create(ctx, floorDeployment(bar), metav1.CreateOptions{FieldManager: "bar-controller"}); err != nil {
 		return err
 	}
 	s := floorStatus(bar)
@@ -139,7 +125,7 @@ func createEvent(ctx context.Context, kube kubernetes.Interface, ns, bar string)
 
 // openWatches opens, and drains until ctx ends, what the controller's
 // informers watch (main.go): all Bars (JSON), Deployments with the
-// managed-by label (protobuf) and all Deployments' metadata (protobuf); or
+// managed-by label (protobuf) and the metadata of all others (protobuf); or
 // what the bench's convergence watcher does (scenario.go): Bars and
 // Deployments in one namespace.
 func openWatches(ctx context.Context, cfg *rest.Config, set watchSet, ns string) error {
@@ -150,13 +136,14 @@ func openWatches(ctx context.Context, cfg *rest.Config, set watchSet, ns string)
 	meta := metadata.NewForConfigOrDie(kubeCfg)
 	bars := clientset.NewForConfigOrDie(cfg)
 	opts := metav1.ListOptions{AllowWatchBookmarks: true}
-	managed := opts
+	managed, others := opts, opts
 	managed.LabelSelector = "app.kubernetes.io/managed-by=bar-controller"
+	others.LabelSelector = "app.kubernetes.io/managed-by!=bar-controller"
 	opens := []func() (watch.Interface, error){
 		func() (watch.Interface, error) { return bars.BarcontrollerV1().Bars("").Watch(ctx, opts) },
 		func() (watch.Interface, error) { return kube.AppsV1().Deployments("").Watch(ctx, managed) },
 		func() (watch.Interface, error) {
-			return meta.Resource(appsv1.SchemeGroupVersion.WithResource("deployments")).Watch(ctx, opts)
+			return meta.Resource(appsv1.SchemeGroupVersion.WithResource("deployments")).Watch(ctx, others)
 		},
 	}
 	if set == benchWatches {

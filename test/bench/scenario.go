@@ -338,9 +338,12 @@ func watchConvergence(ctx context.Context, cfg *rest.Config, ns string) (*conver
 	ctx, cancel := context.WithCancel(ctx)
 	// The bench's watch is overhead on the API server that the floor does
 	// not pay: Deployments come as protobuf, the cheapest encoding the API
-	// server has for them (Bars, a custom resource, have only JSON).
+	// server has for them (Bars, a custom resource, have only JSON), and
+	// neither stream gzipped (the API server compresses a WatchList stream
+	// per event for a client that accepts gzip, options.go).
 	c := &convergence{cancel: cancel}
 	kubeCfg, barCfg := rest.CopyConfig(cfg), rest.CopyConfig(cfg)
+	kubeCfg.DisableCompression, barCfg.DisableCompression = true, true
 	kubeCfg.ContentType = runtime.ContentTypeProtobuf
 	kubeCfg.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
 	c.countWatches(kubeCfg)
