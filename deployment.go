@@ -43,6 +43,12 @@ const (
 	// which program manages an object.
 	managedByLabel = "app.kubernetes.io/managed-by"
 	managedByValue = "bar-controller"
+
+	// managedSelector and othersSelector split every Deployment between
+	// the two Deployment informers (main.go): each is in exactly one.
+	managedSelector = managedByLabel + "=" + managedByValue
+	othersSelector  = managedByLabel + "!=" + managedByValue
+
 	// containerName is the one container of the Pod template. It is fixed so
 	// a changed image is an in-place edit of the same container.
 	containerName = "app"

@@ -29,6 +29,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
@@ -238,6 +239,29 @@ func TestDeploymentObjectIsTheApplyConfiguration(t *testing.T) {
 		}
 		if wantJSON, _ := json.Marshal(&fromJSON); !bytes.Equal(got, wantJSON) {
 			t.Errorf("%s: created\n%s\nwant\n%s", bar.Name, got, wantJSON)
+		}
+	}
+}
+
+// TestSelectorsSplitDeployments: every Deployment is in exactly one of the
+// two Deployment caches (main.go), whatever its labels: a Deployment in
+// neither would look absent to every sync, one in both would be decoded
+// twice and make the write tracker wait on the wrong cache.
+func TestSelectorsSplitDeployments(t *testing.T) {
+	managed, others := mustSelector(managedSelector), mustSelector(othersSelector)
+	for _, tc := range []struct {
+		name    string
+		labels  labels.Set
+		managed bool
+	}{
+		{"ours", labels.Set{managedByLabel: managedByValue, barLabel: "web"}, true},
+		{"no labels", nil, false},
+		{"managed by someone else", labels.Set{managedByLabel: "helm"}, false},
+		{"an empty managed-by", labels.Set{managedByLabel: ""}, false},
+		{"our Bar label without managed-by", labels.Set{barLabel: "web"}, false},
+	} {
+		if m, o := managed.Matches(tc.labels), others.Matches(tc.labels); m != tc.managed || o == m {
+			t.Errorf("%s: managed selector %v, others %v; want exactly one, managed %v", tc.name, m, o, tc.managed)
 		}
 	}
 }

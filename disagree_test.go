@@ -32,10 +32,10 @@ import (
 )
 
 // The two Deployment caches (the full one of managed Deployments, the
-// metadata one of every Deployment) deliver independently, so they often
-// hold different versions of one Deployment for a moment. These tests put
-// the caches in each such state, which the other unit tests never do
-// (they fill both caches with the same object).
+// metadata one of every other) deliver independently, so while a label is
+// added or removed both may hold a version of one Deployment, or neither.
+// These tests put the caches in such states, which the other unit tests
+// never do (they fill each cache as main.go's selectors split them).
 
 // TestNewestDeployment: which copy the sync believes, or whether it waits.
 func TestNewestDeployment(t *testing.T) {

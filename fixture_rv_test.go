@@ -23,6 +23,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	core "k8s.io/client-go/testing"
 )
@@ -97,7 +98,15 @@ func stampResourceVersion(tracker core.ObjectTracker, rv string) core.ReactionFu
 }
 
 // managed says which of main.go's two Deployment watches selects d: the
-// full one if it carries the managed-by label, the metadata one if not.
+// full one (managedSelector) or the metadata one (othersSelector).
 func managed(d *appsv1.Deployment) bool {
-	return d.Labels[managedByLabel] == managedByValue
+	return mustSelector(managedSelector).Matches(labels.Set(d.Labels))
+}
+
+func mustSelector(s string) labels.Selector {
+	sel, err := labels.Parse(s)
+	if err != nil {
+		panic(err)
+	}
+	return sel
 }

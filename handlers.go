@@ -117,11 +117,11 @@ func (c *Controller) deleteBar(obj interface{}) {
 }
 
 // The Deployment handlers serve both Deployment informers (main.go): the
-// metadata-only one, which sees every Deployment and so every name a Bar
-// may want, and the full one of the Deployments the controller manages,
-// whose spec and status changes the syncs compare against. One change thus
-// enqueues its Bar up to four times (two informers, each through the
-// controller reference and the name index in handleDeployment); the work
+// full one of the Deployments the controller manages, whose spec and
+// status changes the syncs compare against, and the metadata-only one of
+// every other Deployment, so every name a Bar may want is seen. One change
+// enqueues its Bar twice (the controller reference and the name index in
+// handleDeployment; both informers only while its label changes); the work
 // queue keeps one copy of a waiting key, so that is usually one sync.
 
 func (c *Controller) addDeployment(obj interface{}, isInInitialList bool) {

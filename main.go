@@ -163,10 +163,10 @@ func run(ctx context.Context, opts options) error {
 	kubeInformerFactory := kubeinformers.NewSharedInformerFactoryWithOptions(kubeClient, opts.resyncPeriod,
 		kubeinformers.WithNamespace(opts.namespace), kubeinformers.WithTransform(trimDeployment),
 		kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.LabelSelector = managedByLabel + "=" + managedByValue
+			o.LabelSelector = managedSelector
 		}))
 	metaInformerFactory := metadatainformer.NewFilteredSharedInformerFactory(metaClient, 0, opts.namespace, func(o *metav1.ListOptions) {
-		o.LabelSelector = managedByLabel + "!=" + managedByValue
+		o.LabelSelector = othersSelector
 	})
 	deploymentMeta := metaInformerFactory.ForResource(appsv1.SchemeGroupVersion.WithResource("deployments"))
 	if err := deploymentMeta.Informer().SetTransform(trimDeploymentMetadata); err != nil {

@@ -78,14 +78,14 @@ func (o *options) addFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.burst, "kube-api-burst", 400, "Burst of queries above --kube-api-qps, when that is positive.")
 	// Since Kubernetes 1.37 the API server gzips a WatchList stream for a
 	// client that accepts gzip (the WatchListCompression feature, beta, on
-	// by default), and it flushes one gzip member per event for as long as
-	// the watch lasts: a compressor on the API server and a new Huffman
-	// table in the controller for every change of every Bar and
-	// Deployment, per watcher. On a cluster network that is CPU on both
-	// sides for bytes nobody needed saved (one 5,000-Bar bench run each
-	// way: controller CPU 9.3 s with gzip, 8.9 s without; API server and
-	// etcd 73.6 s and 68.3 s; docs/measurements.md).
-	fs.BoolVar(&o.noCompression, "disable-compression", true, "Do not ask the API server for gzip-compressed responses (it compresses watch streams per event since Kubernetes 1.37). false: accept gzip, for a controller far from its API server on a slow link.")
+	// by default), one gzip member per flush, which it does whenever no
+	// more events wait: a compressor on the API server and new Huffman
+	// tables in the controller every few events. Informers open such a
+	// stream at start and after a relist, and it lasts until its timeout
+	// (5-10 minutes), so a cold start pays it for every Bar and Deployment
+	// (3 % of the controller's CPU samples at 5,000 Bars; docs/
+	// measurements.md); the plain watches after it are not compressed.
+	fs.BoolVar(&o.noCompression, "disable-compression", true, "Do not ask the API server for gzip-compressed responses (since Kubernetes 1.37 it gzips the WatchList stream an informer opens at start and after a relist). false: accept gzip, for a controller far from its API server on a slow link.")
 	fs.DurationVar(&o.resyncPeriod, "resync-period", 10*time.Minute, "How often every Bar is re-checked against the caches even without events; 0 disables. A re-check that finds nothing to do makes no API call.")
 	fs.StringVar(&o.metricsAddress, "metrics-bind-address", ":8443", "Address of the Prometheus /metrics endpoint; 0 disables it.")
 	fs.BoolVar(&o.metricsSecure, "metrics-secure", true, "Serve /metrics over HTTPS, only to callers whose bearer token the API server accepts (TokenReview) and who may get the non-resource URL /metrics (SubjectAccessReview). false: plain HTTP to anyone, for local runs.")

@@ -240,8 +240,8 @@ func (c *Controller) createDeployment(ctx context.Context, bar *barv1.Bar, want 
 // no longer asks for (spec.deployment.name changed), but not those already
 // being deleted.
 //
-// They are in either cache (with the managed-by label or without it), for
-// a moment in both while the label changes: then the newer copy counts.
+// They are in either cache, in both while a label changes (the newer copy
+// counts; one taken away meanwhile fails the delete's preconditions).
 func (c *Controller) oldDeployments(bar *barv1.Bar) ([]metav1.Object, error) {
 	newest := map[types.UID]metav1.Object{}
 	var order []types.UID

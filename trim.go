@@ -214,8 +214,8 @@ func underDriftPrefix(p fieldpath.Path) bool {
 }
 
 // trimDeploymentMetadata is the transform of the metadata-only Deployment
-// informer, which sees every Deployment in the controller's scope: what its
-// cache keeps of each. The controller asks it only whether a name is taken,
+// informer, which sees every Deployment in the controller's scope that the
+// full one does not: what its cache keeps of each. The controller asks it only whether a name is taken,
 // by whom (notOwnedReadiness, oldDeployments) and whether that
 // changed (handleDeployment), and whether the full cache should hold it
 // (newestDeployment), so it keeps the identity, the controller reference,
