@@ -55,9 +55,19 @@ func TestNewestDeployment(t *testing.T) {
 		delete(d.Labels, managedByLabel)
 		return d
 	}
+	unlabelledTaken := func(rv string) *appsv1.Deployment {
+		d := taken(rv)
+		delete(d.Labels, managedByLabel)
+		return d
+	}
 	namesake := func(rv string) *appsv1.Deployment {
 		d := ours(rv)
 		d.UID = types.UID("namesake-uid")
+		return d
+	}
+	unlabelledNamesake := func(rv string) *appsv1.Deployment {
+		d := namesake(rv)
+		delete(d.Labels, managedByLabel)
 		return d
 	}
 	meta := func(d *appsv1.Deployment) metav1.Object {
@@ -80,24 +90,33 @@ func TestNewestDeployment(t *testing.T) {
 		holder string // which copy holds the name, or wait
 		acts   bool   // the sync may act on the full copy
 	}{
+		// None, or one whose label changes, read first by the cache it
+		// leaves: a create fails with AlreadyExists and is retried.
 		{"neither cache holds it", nil, nil, none, false},
-		{"both hold one version", ours("20"), meta(ours("20")), fromFull, true},
 		{"a managed Deployment, in the full cache alone", ours("20"), nil, fromFull, true},
-		// The race of issue 27: someone removes the ownerReference, the
-		// full cache reads it first.
-		{"ownerReference removed, full cache first", taken("25"), meta(ours("20")), fromFull, true},
-		{"ownerReference removed, metadata cache first", ours("20"), meta(taken("25")), fromMeta, false},
-		{"a change of ours the full cache has yet to read", ours("20"), meta(ours("25")), wait, false},
+		{"ownerReference removed, label kept: in the full cache alone", taken("25"), nil, fromFull, true},
+		// Someone put the label back: the full cache read it, the
+		// metadata cache has yet to read it leave.
+		{"the label put back, full cache first", ours("25"), meta(unlabelled("20")), fromFull, true},
+		// The race of issue 27: someone removes the ownerReference and
+		// the label together, and the metadata cache reads it first.
+		{"ownerReference and label removed, metadata cache first", ours("20"), meta(unlabelledTaken("25")), fromMeta, false},
+		// The label removed alone: the Deployment is still the Bar's, and
+		// the full cache has yet to read it leave; drift judged on the
+		// full copy would be judged on the older word.
+		{"the label removed, full cache yet to read it", ours("20"), meta(unlabelled("25")), wait, false},
 		{"the full cache holds a namesake that is gone", namesake("15"), meta(unlabelled("20")), fromMeta, false},
-		{"the full cache holds a namesake that is gone, the new one labelled", namesake("15"), meta(ours("20")), wait, false},
-		{"the metadata cache holds a namesake that is gone", ours("20"), meta(namesake("15")), fromFull, true},
+		{"the metadata cache holds a namesake that is gone", ours("20"), meta(unlabelledNamesake("15")), fromFull, true},
 		// The full cache read the label's removal as a delete, and will
 		// never read this Deployment again: act on the metadata copy.
 		{"the label removed", nil, meta(unlabelled("25")), fromMeta, false},
 		{"the label removed, and changed since", nil, meta(unlabelled("31")), fromMeta, false},
-		{"ours and labelled, in metadata only: created, or deleted in the full cache first", nil, meta(ours("25")), wait, false},
-		{"someone else's, in metadata only", nil, meta(taken("25")), fromMeta, false},
-		{"versions that do not compare (fakes)", ours(""), meta(ours("")), fromMeta, true},
+		{"someone else's, in metadata only", nil, meta(unlabelledTaken("25")), fromMeta, false},
+		// main.go's selector keeps a labelled Deployment out of the
+		// metadata cache; should one get there, the sync waits for the
+		// full cache rather than put back a label it has.
+		{"labelled, in metadata only (the selector prevents it)", nil, meta(ours("25")), wait, false},
+		{"versions that do not compare (fakes)", ours(""), meta(unlabelled("")), fromMeta, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			holder, have, err := newestDeployment(bar, tc.have, tc.meta)
@@ -130,10 +149,11 @@ func TestNewestDeployment(t *testing.T) {
 }
 
 // TestRemovedOwnerReferenceIsNotWrittenBack: a Deployment someone took away
-// from the Bar (removed its ownerReference, kept the labels) is reported
-// and left alone whichever cache reads the removal first; before, the
-// stale metadata copy made the sync force an apply that put the reference
-// back.
+// from the Bar is reported and left alone: with the labels kept, as the
+// full cache reads it; with the managed-by label removed too, as the
+// metadata cache reads it while the full cache still holds the Bar's copy.
+// Before, the stale copy made the sync force an apply that put the
+// reference back.
 func TestRemovedOwnerReferenceIsNotWrittenBack(t *testing.T) {
 	msg := "Deployment web already exists with no controller, so this Bar does not manage it; " +
 		"delete or rename that Deployment, or choose another spec.deployment.name"
@@ -157,8 +177,12 @@ func TestRemovedOwnerReferenceIsNotWrittenBack(t *testing.T) {
 			// The API server drops a removed field from its manager's entry.
 			takenBy(t, taken, "", fieldpath.MakePathOrDie("metadata", "ownerReferences", fieldpath.KeyByFields("uid", string(bar.UID))))
 			if fullFirst {
+				// The labels kept: the Deployment stays in the full cache.
 				f.updateFullCache(t, taken)
 			} else {
+				// The label removed too: the metadata cache reads it
+				// arrive before the full cache reads it leave.
+				delete(taken.Labels, managedByLabel)
 				f.updateMetadataCache(t, taken)
 			}
 			if err := c.syncHandler(ctx, keyOf(bar)); err != nil {
@@ -171,9 +195,11 @@ func TestRemovedOwnerReferenceIsNotWrittenBack(t *testing.T) {
 	}
 }
 
-// TestChangeTheFullCacheHasNotReadWaits: when the metadata cache holds a
-// newer version of the Bar's Deployment than the full one, drift judged on
-// the full copy would be judged on the older word: the sync waits.
+// TestChangeTheFullCacheHasNotReadWaits: when someone removes the label of
+// the Bar's Deployment (and changes it) and the metadata cache reads that
+// before the full cache reads it leave, the metadata cache holds a newer
+// version than the full one; drift judged on the full copy would be judged
+// on the older word: the sync waits.
 func TestChangeTheFullCacheHasNotReadWaits(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	f := newFixture(t)
@@ -186,6 +212,7 @@ func TestChangeTheFullCacheHasNotReadWaits(t *testing.T) {
 	c := f.newController(ctx)
 	newer := d.DeepCopy()
 	newer.ResourceVersion = "25"
+	delete(newer.Labels, managedByLabel)
 	f.updateMetadataCache(t, newer)
 
 	err := c.syncHandler(ctx, keyOf(bar))

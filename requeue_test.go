@@ -17,9 +17,15 @@ limitations under the License.
 package main
 
 import (
+	"strings"
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	core "k8s.io/client-go/testing"
+	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 )
 
@@ -67,5 +73,41 @@ func TestStaleCacheRequeueSpendsNoRetryBudget(t *testing.T) {
 	c.processNextWorkItem(ctx, ctx)
 	if n := len(f.kubeclient.Actions()); n == 0 {
 		t.Errorf("caught up, yet the sync did not apply the Deployment")
+	}
+}
+
+// A create that finds the name taken (neither Deployment cache holds a
+// Deployment whose label is changing, freshness.go) means the caches are
+// behind the API server, not that the Bar is broken: the key is retried
+// through the rate limiter like a Conflict, as a failure's would be (each
+// try is a request), but nothing is announced: no status, no Event.
+func TestAlreadyExistsIsRetriedQuietly(t *testing.T) {
+	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true)))
+	ctx := klog.NewContext(t.Context(), logger)
+	f := newFixture(t)
+	bar := newBar("test", "web", 1)
+	f.bars = append(f.bars, bar)
+	c := f.newController(ctx)
+	defer c.queue.ShutDown()
+	f.kubeclient.PrependReactor("create", "deployments", func(core.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewAlreadyExists(appsv1.Resource("deployments"), "web")
+	})
+	key := keyOf(bar)
+
+	c.queue.Add(key)
+	if !c.processNextWorkItem(ctx, ctx) {
+		t.Fatal("the worker stopped")
+	}
+	if n := c.queue.NumRequeues(key); n != 1 {
+		t.Errorf("NumRequeues = %d after AlreadyExists, want 1 (rate-limited)", n)
+	}
+	checkActions(t, "kube", []core.Action{createDeploymentAction(bar)}, f.kubeclient.Actions())
+	checkActions(t, "bar", nil, f.client.Actions())
+	checkEvents(t, nil, f.recorder.Events)
+	// Told apart from a failure by what it logs (and counts as
+	// stale_cache, not error): nothing an operator must look at.
+	logs := logger.GetSink().(ktesting.Underlier).GetBuffer().String()
+	if !strings.Contains(logs, "The API server is ahead of the caches; retrying") || strings.Contains(logs, "Error syncing Bar") {
+		t.Errorf("AlreadyExists logged as a failure, or not as a retry:\n%s", logs)
 	}
 }
