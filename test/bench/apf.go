@@ -127,7 +127,7 @@ func (s scenario) apfRun(ctx context.Context, c *testcluster.Cluster, w writers,
 	if err := createBars(ctx, w.bars, ns, n, s.inflight); err != nil {
 		return run, err
 	}
-	if err := wait.PollUntilContextTimeout(ctx, pollEvery(n), 10*time.Minute, true, func(context.Context) (bool, error) {
+	if err := wait.PollUntilContextTimeout(ctx, pollInterval, 10*time.Minute, true, func(context.Context) (bool, error) {
 		return watcher.converged() == n, nil
 	}); err != nil {
 		return run, fmt.Errorf("waiting for %d Bars to converge (%d did): %w", n, watcher.converged(), err)

@@ -22,6 +22,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -65,22 +66,30 @@ func (s scenario) controllerRun(ctx context.Context, c *testcluster.Cluster, w w
 		return err
 	}
 	s.step(ns)
-	profiled := s.profileCPU(ctx, metricsAddr, c.Config.BearerToken, filepath.Join(s.logDir, fmt.Sprintf("cpu-%d-%d-run%d.pb.gz", n, r.Unrelated, i)))
-	defer func() {
+	base, save := "https://"+metricsAddr, fmt.Sprintf("cpu-%d-%d-run%d.pb.gz", n, r.Unrelated, i)
+	if s.apiServerProfile {
+		base, save = c.Server, "apiserver-"+save
+	}
+	profiled := s.profileCPU(ctx, base, c.Config.BearerToken, filepath.Join(s.logDir, save))
+	waitProfile := sync.OnceFunc(func() {
 		if err := <-profiled; err != nil {
 			fmt.Fprintln(os.Stderr, "bench: CPU profile:", err)
 		}
-	}()
+	})
+	defer waitProfile()
+	_, self0, _ := usage(os.Getpid())
 	start := time.Now()
 	if err := createBars(ctx, w.bars, ns, n, s.inflight); err != nil {
 		return err
 	}
-	if err := wait.PollUntilContextTimeout(ctx, pollEvery(n), 30*time.Minute, true, func(context.Context) (bool, error) {
+	if err := wait.PollUntilContextTimeout(ctx, pollInterval, 30*time.Minute, true, func(context.Context) (bool, error) {
 		return watcher.converged() == n, nil
 	}); err != nil {
 		return fmt.Errorf("waiting for %d Bars to converge (%d did): %w", n, watcher.converged(), err)
 	}
 	converged := time.Now()
+	_, self1, _ := usage(os.Getpid())
+	r.ControllerBenchCPU = append(r.ControllerBenchCPU, self1-self0)
 	r.Controllers = append(r.Controllers, converged.Sub(start))
 	cpu1, err := serverCPU(c)
 	if err != nil {
@@ -157,6 +166,9 @@ func (s scenario) controllerRun(ctx context.Context, c *testcluster.Cluster, w w
 	r.Watches = reads.count("WATCH", ours) - float64(watcher.watches.Load())
 	r.WatchLists = reads.count(watchList, ours) - float64(watcher.watchLists.Load())
 
+	// A profile longer than the run ends before the idle check and the
+	// clean: their work is not the run's.
+	waitProfile()
 	if last {
 		s.step(ns + ": idle")
 		if err := s.idle(c, kubeconfig, r); err != nil {

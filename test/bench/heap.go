@@ -181,12 +181,14 @@ func (s heapSummary) describe() string {
 	return strings.Join(parts, ", ")
 }
 
-// profileCPU asks the controller for a CPU profile of the next
-// s.cpuProfile and writes it to save; the channel says when it is done.
+// profileCPU asks the server at base (the controller's metrics endpoint,
+// or with --apiserver-profile the API server) for a CPU profile of the
+// next s.cpuProfile and writes it to save; the channel says when it is
+// done.
 // Only to find where the controller's time goes: the profiler's own cost
 // is small, but not nothing, so a profiled bench prints its table and
 // writes no report (main.go).
-func (s scenario) profileCPU(ctx context.Context, metricsAddr, token, save string) <-chan error {
+func (s scenario) profileCPU(ctx context.Context, base, token, save string) <-chan error {
 	done := make(chan error, 1)
 	if s.cpuProfile <= 0 {
 		done <- nil
@@ -195,7 +197,7 @@ func (s scenario) profileCPU(ctx context.Context, metricsAddr, token, save strin
 	go func() {
 		done <- func() error {
 			// Whole seconds, at least one: pprof reads seconds=0 as its default, 30.
-			url := fmt.Sprintf("https://%s/debug/pprof/profile?seconds=%d", metricsAddr, max(1, int(math.Ceil(s.cpuProfile.Seconds()))))
+			url := fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", base, max(1, int(math.Ceil(s.cpuProfile.Seconds()))))
 			req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 			if err != nil {
 				return err

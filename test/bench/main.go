@@ -52,6 +52,7 @@ func main() {
 		runs       = flag.Int("runs", 2, "controller runs per scenario, each between two floors (so runs+1 floors)")
 		apfN       = flag.Int("apf", 500, "Bars of the scenario where API Priority and Fairness gives the controller one seat (apf.go), the shipped controller against 4 fixed workers; 0 skips it")
 		cpuProf    = flag.Duration("cpu-profile", 0, "if set, a CPU profile of each controller run this long from its first Bar create, written next to its log as cpu-<Bars>-<unrelated>-run<i>.pb.gz (for go tool pprof)")
+		apiProf    = flag.Bool("apiserver-profile", false, "with --cpu-profile: profile the API server instead, over each floor and each controller run alike, as apiserver-cpu-<namespace>.pb.gz and apiserver-cpu-<Bars>-<unrelated>-run<i>.pb.gz")
 		ctlArgs    = flag.String("controller-args", "", "space-separated flags added to the controller's (say --adaptive-concurrency=false --workers=4, to compare with the fixed number); the report names them")
 	)
 	flag.Parse()
@@ -79,7 +80,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench: --runs must be at least 1")
 		os.Exit(2)
 	}
-	s := scenario{binDir: *binDir, crdDir: *crdDir, controller: controllerPath, inflight: *inflight, idleResync: *idle, logDir: *logDir, rounds: *runs, cpuProfile: *cpuProf,
+	s := scenario{binDir: *binDir, crdDir: *crdDir, controller: controllerPath, inflight: *inflight, idleResync: *idle, logDir: *logDir, rounds: *runs, cpuProfile: *cpuProf, apiServerProfile: *apiProf,
 		extraArgs: strings.Fields(*ctlArgs)}
 
 	if *split > 0 {

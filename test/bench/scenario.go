@@ -24,23 +24,15 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	kubeinformers "k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/cache"
-	"k8s.io/utils/ptr"
 
 	"github.com/barcontroller/bar-controller/internal/testcluster"
-	barv1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1"
 	clientset "github.com/barcontroller/bar-controller/pkg/generated/clientset/versioned"
-	informers "github.com/barcontroller/bar-controller/pkg/generated/informers/externalversions"
 )
 
 // result is one scenario's measurements.
@@ -84,6 +76,10 @@ type result struct {
 	// etcd spent (user+system) over each floor and each controller run:
 	// the work each asked of the API server.
 	FloorServerCPU, ControllerServerCPU []time.Duration
+	// FloorBenchCPU and ControllerBenchCPU are the bench's own CPU over
+	// each: its writes in a floor, its Bar creates and convergence watch
+	// in a run. It shares the two cores with what it measures.
+	FloorBenchCPU, ControllerBenchCPU []time.Duration
 	// FloorRetries counts the floors' requests done again after a timeout
 	// or a lost connection (runFloor); the floors' times include them.
 	FloorRetries int
@@ -100,6 +96,10 @@ type scenario struct {
 	// cpuProfile, when not zero, is how long each controller run's CPU
 	// profile lasts, from the first Bar create (--cpu-profile).
 	cpuProfile time.Duration
+	// apiServerProfile: the CPU profiles are the API server's, of each
+	// floor and each controller run alike (the same process serves both,
+	// so their profiles compare).
+	apiServerProfile bool
 	// extraArgs are added to every controller's flags (--controller-args).
 	extraArgs []string
 	// step names what the row is doing now, for its monitor (monitor.go).
@@ -167,21 +167,22 @@ func (s scenario) run(ctx context.Context, n, unrelated int) (r result, err erro
 	}
 
 	for i := 0; ; i++ {
-		took, cpu, err := s.floor(ctx, c, w, fmt.Sprintf("floor-%d", i), n, &r.FloorRetries)
+		var self time.Duration
+		took, cpu, err := s.floor(ctx, c, w, fmt.Sprintf("floor-%d", i), n, &r.FloorRetries, &self)
 		if err != nil {
 			return r, fmt.Errorf("floor %d: %w", i, err)
 		}
-		r.Floors, r.FloorServerCPU = append(r.Floors, took), append(r.FloorServerCPU, cpu)
+		r.Floors, r.FloorServerCPU, r.FloorBenchCPU = append(r.Floors, took), append(r.FloorServerCPU, cpu), append(r.FloorBenchCPU, self)
 		// Each step as it ends: a row that fails later still leaves these.
-		fmt.Fprintf(os.Stderr, "bench:   floor %d: %v, API server + etcd CPU %v\n", i, took.Round(100*time.Millisecond), cpu.Round(100*time.Millisecond))
+		fmt.Fprintf(os.Stderr, "bench:   floor %d: %v, API server + etcd CPU %v, the bench's own %v\n", i, took.Round(100*time.Millisecond), cpu.Round(100*time.Millisecond), self.Round(100*time.Millisecond))
 		if i == s.rounds {
 			break
 		}
 		if err := s.controllerRun(ctx, c, w, kubeconfig, &r, i); err != nil {
 			return r, fmt.Errorf("controller run %d: %w", i, err)
 		}
-		fmt.Fprintf(os.Stderr, "bench:   controller run %d: converged in %v, API server + etcd CPU %v, peak RSS so far %.1f MB, live heap %.1f MB\n",
-			i, r.Controllers[i].Round(100*time.Millisecond), r.ControllerServerCPU[i].Round(100*time.Millisecond), mb(r.PeakRSS), mb(r.Heap.Live))
+		fmt.Fprintf(os.Stderr, "bench:   controller run %d: converged in %v, API server + etcd CPU %v, the bench's own %v, peak RSS so far %.1f MB, live heap %.1f MB\n",
+			i, r.Controllers[i].Round(100*time.Millisecond), r.ControllerServerCPU[i].Round(100*time.Millisecond), r.ControllerBenchCPU[i].Round(100*time.Millisecond), mb(r.PeakRSS), mb(r.Heap.Live))
 	}
 	return r, nil
 }
@@ -193,7 +194,7 @@ func createNamespace(ctx context.Context, kube kubernetes.Interface, name string
 
 // floor runs the floor in a namespace of its own, then removes what it
 // made, and returns its time and the API server's CPU over it.
-func (s scenario) floor(ctx context.Context, c *testcluster.Cluster, w writers, ns string, n int, retries *int) (time.Duration, time.Duration, error) {
+func (s scenario) floor(ctx context.Context, c *testcluster.Cluster, w writers, ns string, n int, retries *int, self *time.Duration) (time.Duration, time.Duration, error) {
 	if err := createNamespace(ctx, w.kube, ns); err != nil {
 		return 0, 0, err
 	}
@@ -202,6 +203,11 @@ func (s scenario) floor(ctx context.Context, c *testcluster.Cluster, w writers, 
 		return 0, 0, err
 	}
 	s.step(ns)
+	var profiled <-chan error
+	if s.apiServerProfile {
+		profiled = s.profileCPU(ctx, c.Server, c.Config.BearerToken, filepath.Join(s.logDir, fmt.Sprintf("apiserver-cpu-%s.pb.gz", ns)))
+	}
+	_, self0, _ := usage(os.Getpid())
 	start := time.Now()
 	again, err := runFloor(ctx, w, ns, n, s.inflight)
 	if err != nil {
@@ -209,9 +215,17 @@ func (s scenario) floor(ctx context.Context, c *testcluster.Cluster, w writers, 
 	}
 	*retries += again
 	took := time.Since(start)
+	_, self1, _ := usage(os.Getpid())
+	*self = self1 - self0
 	cpu1, err := serverCPU(c)
 	if err != nil {
 		return 0, 0, err
+	}
+	if profiled != nil {
+		// Before the clean, whose work is not the floor's.
+		if err := <-profiled; err != nil {
+			fmt.Fprintln(os.Stderr, "bench: API server CPU profile:", err)
+		}
 	}
 	s.step(ns + ": clean")
 	return took, cpu1 - cpu0, clean(ctx, w.kube, w.bars, ns)
@@ -299,101 +313,4 @@ func memoryField(pid int, field string) (int64, error) {
 		}
 	}
 	return 0, fmt.Errorf("/proc/%d/status has no %s", pid, field)
-}
-
-// convergence watches the bench namespace and counts the Bars that are
-// done: status.observedGeneration current, and a Deployment they control
-// with the replicas and image they ask for.
-type convergence struct {
-	bars        cache.Indexer
-	deployments cache.Indexer
-	cancel      context.CancelFunc
-	// watches and watchLists count the bench's own WATCH requests, and of
-	// those the ones that list first (WatchList), so that what the API
-	// server counted can be told apart from what the controller asked.
-	watches, watchLists atomic.Int64
-}
-
-// countWatches wraps a config's transport to count the WATCH requests
-// sent through it into c.
-func (c *convergence) countWatches(cfg *rest.Config) {
-	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
-		return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
-			if q := req.URL.Query(); q.Get("watch") == "true" {
-				c.watches.Add(1)
-				if q.Get("sendInitialEvents") == "true" {
-					c.watchLists.Add(1)
-				}
-			}
-			return rt.RoundTrip(req)
-		})
-	})
-}
-
-type roundTripperFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripperFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
-
-func watchConvergence(ctx context.Context, cfg *rest.Config, ns string) (*convergence, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	// The bench's watch is overhead on the API server that the floor does
-	// not pay: Deployments come as protobuf, the cheapest encoding the API
-	// server has for them (Bars, a custom resource, have only JSON), and
-	// neither stream gzipped (the API server compresses a WatchList stream
-	// per event for a client that accepts gzip, options.go).
-	c := &convergence{cancel: cancel}
-	kubeCfg, barCfg := rest.CopyConfig(cfg), rest.CopyConfig(cfg)
-	kubeCfg.DisableCompression, barCfg.DisableCompression = true, true
-	kubeCfg.ContentType = runtime.ContentTypeProtobuf
-	kubeCfg.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
-	c.countWatches(kubeCfg)
-	c.countWatches(barCfg)
-	kf := kubeinformers.NewSharedInformerFactoryWithOptions(kubernetes.NewForConfigOrDie(kubeCfg), 0, kubeinformers.WithNamespace(ns))
-	bf := informers.NewSharedInformerFactoryWithOptions(clientset.NewForConfigOrDie(barCfg), 0, informers.WithNamespace(ns))
-	c.bars = bf.Barcontroller().V1().Bars().Informer().GetIndexer()
-	c.deployments = kf.Apps().V1().Deployments().Informer().GetIndexer()
-	kf.Start(ctx.Done())
-	bf.Start(ctx.Done())
-	for _, ok := range kf.WaitForCacheSync(ctx.Done()) {
-		if !ok {
-			return nil, fmt.Errorf("deployment cache did not sync")
-		}
-	}
-	for _, ok := range bf.WaitForCacheSync(ctx.Done()) {
-		if !ok {
-			return nil, fmt.Errorf("bar cache did not sync")
-		}
-	}
-	return c, nil
-}
-
-func (c *convergence) converged() int {
-	done := 0
-	for _, o := range c.bars.List() {
-		bar := o.(*barv1.Bar)
-		if bar.Status.ObservedGeneration != bar.Generation {
-			continue
-		}
-		o, ok, _ := c.deployments.GetByKey(bar.Namespace + "/" + bar.Spec.Deployment.Name)
-		if !ok {
-			continue
-		}
-		dep := o.(*appsv1.Deployment)
-		if !metav1.IsControlledBy(dep, bar) || ptr.Deref(dep.Spec.Replicas, 1) != ptr.Deref(bar.Spec.Replicas, 1) ||
-			len(dep.Spec.Template.Spec.Containers) != 1 || dep.Spec.Template.Spec.Containers[0].Image != bar.Spec.Template.Image {
-			continue
-		}
-		done++
-	}
-	return done
-}
-
-func (c *convergence) stop() { c.cancel() }
-
-// pollEvery is how often converged is asked, for n Bars: each call walks
-// every Bar, and at 50,000 Bars every 20 ms that would take the bench a
-// good part of a core the controller and the API server need. The error it
-// adds to a converge time stays under a thousandth.
-func pollEvery(n int) time.Duration {
-	return 20 * time.Millisecond * time.Duration(max(1, n/5000))
 }
