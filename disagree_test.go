@@ -158,9 +158,9 @@ func TestRemovedOwnerReferenceIsNotWrittenBack(t *testing.T) {
 	msg := "Deployment web already exists with no controller, so this Bar does not manage it; " +
 		"delete or rename that Deployment, or choose another spec.deployment.name"
 	for _, fullFirst := range []bool{true, false} {
-		name := "metadata cache first"
+		name := "label removed too, metadata cache first"
 		if fullFirst {
-			name = "full cache first"
+			name = "label kept, full cache alone"
 		}
 		t.Run(name, func(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)

@@ -104,8 +104,8 @@ func TestAlreadyExistsIsRetriedQuietly(t *testing.T) {
 	checkActions(t, "kube", []core.Action{createDeploymentAction(bar)}, f.kubeclient.Actions())
 	checkActions(t, "bar", nil, f.client.Actions())
 	checkEvents(t, nil, f.recorder.Events)
-	// Told apart from a failure by what it logs (and counts as
-	// stale_cache, not error): nothing an operator must look at.
+	// Told apart from a failure by what it logs: nothing an operator
+	// must look at.
 	logs := logger.GetSink().(ktesting.Underlier).GetBuffer().String()
 	if !strings.Contains(logs, "The API server is ahead of the caches; retrying") || strings.Contains(logs, "Error syncing Bar") {
 		t.Errorf("AlreadyExists logged as a failure, or not as a retry:\n%s", logs)

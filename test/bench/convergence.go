@@ -129,8 +129,10 @@ func watchConvergence(ctx context.Context, cfg *rest.Config, ns string) (*conver
 			DeleteFunc: func(obj interface{}) { c.bars.Add(-1); onBar(obj) },
 		}},
 		{deploymentInformer, cache.ResourceEventHandlerFuncs{
-			AddFunc:    onDeployment,
-			UpdateFunc: func(_, obj interface{}) { onDeployment(obj) },
+			AddFunc: onDeployment,
+			// The old owner too: a Deployment whose controller reference
+			// moved leaves its old Bar no longer done.
+			UpdateFunc: func(old, obj interface{}) { onDeployment(old); onDeployment(obj) },
 			DeleteFunc: onDeployment,
 		}},
 	}

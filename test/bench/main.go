@@ -52,7 +52,7 @@ func main() {
 		runs       = flag.Int("runs", 2, "controller runs per scenario, each between two floors (so runs+1 floors)")
 		apfN       = flag.Int("apf", 500, "Bars of the scenario where API Priority and Fairness gives the controller one seat (apf.go), the shipped controller against 4 fixed workers; 0 skips it")
 		cpuProf    = flag.Duration("cpu-profile", 0, "if set, a CPU profile of each controller run this long from its first Bar create, written next to its log as cpu-<Bars>-<unrelated>-run<i>.pb.gz (for go tool pprof)")
-		apiProf    = flag.Bool("apiserver-profile", false, "with --cpu-profile: profile the API server instead, over each floor and each controller run alike, as apiserver-cpu-<namespace>.pb.gz and apiserver-cpu-<Bars>-<unrelated>-run<i>.pb.gz")
+		apiProf    = flag.Bool("apiserver-profile", false, "with --cpu-profile: profile the API server instead, over each floor and each controller run alike, as apiserver-cpu-<Bars>-<unrelated>-floor<i>.pb.gz and apiserver-cpu-<Bars>-<unrelated>-run<i>.pb.gz; a profile lasts --cpu-profile whatever the window, so keep it no longer than the shortest floor, or it covers what follows (idle time after a floor; the Events wait and the heap profile after a run)")
 		ctlArgs    = flag.String("controller-args", "", "space-separated flags added to the controller's (say --adaptive-concurrency=false --workers=4, to compare with the fixed number); the report names them")
 	)
 	flag.Parse()
@@ -93,6 +93,10 @@ func main() {
 		return
 	}
 
+	if *apiProf && *cpuProf <= 0 {
+		fmt.Fprintln(os.Stderr, "bench: --apiserver-profile needs --cpu-profile (how long each profile lasts)")
+		os.Exit(2)
+	}
 	if *cpuProf > 0 && *out != "" {
 		fmt.Fprintf(os.Stderr, "bench: --cpu-profile: printing the table only, not writing %s\n", *out)
 		*out = ""

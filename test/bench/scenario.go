@@ -168,7 +168,8 @@ func (s scenario) run(ctx context.Context, n, unrelated int) (r result, err erro
 
 	for i := 0; ; i++ {
 		var self time.Duration
-		took, cpu, err := s.floor(ctx, c, w, fmt.Sprintf("floor-%d", i), n, &r.FloorRetries, &self)
+		profile := fmt.Sprintf("apiserver-cpu-%d-%d-floor%d.pb.gz", n, r.Unrelated, i)
+		took, cpu, err := s.floor(ctx, c, w, fmt.Sprintf("floor-%d", i), n, &r.FloorRetries, &self, profile)
 		if err != nil {
 			return r, fmt.Errorf("floor %d: %w", i, err)
 		}
@@ -194,7 +195,7 @@ func createNamespace(ctx context.Context, kube kubernetes.Interface, name string
 
 // floor runs the floor in a namespace of its own, then removes what it
 // made, and returns its time and the API server's CPU over it.
-func (s scenario) floor(ctx context.Context, c *testcluster.Cluster, w writers, ns string, n int, retries *int, self *time.Duration) (time.Duration, time.Duration, error) {
+func (s scenario) floor(ctx context.Context, c *testcluster.Cluster, w writers, ns string, n int, retries *int, self *time.Duration, profile string) (time.Duration, time.Duration, error) {
 	if err := createNamespace(ctx, w.kube, ns); err != nil {
 		return 0, 0, err
 	}
@@ -205,7 +206,7 @@ func (s scenario) floor(ctx context.Context, c *testcluster.Cluster, w writers, 
 	s.step(ns)
 	var profiled <-chan error
 	if s.apiServerProfile {
-		profiled = s.profileCPU(ctx, c.Server, c.Config.BearerToken, filepath.Join(s.logDir, fmt.Sprintf("apiserver-cpu-%s.pb.gz", ns)))
+		profiled = s.profileCPU(ctx, c.Server, c.Config.BearerToken, filepath.Join(s.logDir, profile))
 	}
 	_, self0, _ := usage(os.Getpid())
 	start := time.Now()
