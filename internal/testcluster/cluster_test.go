@@ -41,3 +41,22 @@ func TestStartStop(t *testing.T) {
 		t.Errorf("still running after Stop: %v", p)
 	}
 }
+
+// No port is handed out twice in one process, however the kernel reuses
+// released ones (TestCertKeeperConversionOnly once got its webhook's port
+// again for its health probes from a second call).
+func TestFreeAddrsNeverRepeat(t *testing.T) {
+	seen := map[string]bool{}
+	for i := range 300 {
+		addrs, err := FreeAddrs(1 + i%3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range addrs {
+			if seen[a] {
+				t.Fatalf("call %d handed out %s again", i, a)
+			}
+			seen[a] = true
+		}
+	}
+}

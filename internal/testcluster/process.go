@@ -27,6 +27,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -154,18 +155,40 @@ func (p *Process) LogTail(n int) string {
 // moment ago. They are released before return, so another program could
 // take one in between; whatever then binds it fails to start, and its log
 // (see WaitReady) says "address already in use".
+//
+// Within this process no port is handed out twice: the kernel may give a
+// port just released to the next request for any free one, and a test
+// that asks twice for one process's addresses (a webhook's, then the
+// metrics' and probes') once got the same port for two of its listeners.
 func FreeAddrs(n int) ([]string, error) {
+	handedOut.mu.Lock()
+	defer handedOut.mu.Unlock()
 	var addrs []string
-	for range n {
+	// A port handed out before stays held until the end, so the kernel
+	// gives another; bounded, in case the ephemeral range runs dry.
+	for tries := 0; len(addrs) < n; tries++ {
+		if tries > 100*n {
+			return nil, fmt.Errorf("finding %d free ports on 127.0.0.1 not handed out before: only %d after %d tries", n, len(addrs), tries)
+		}
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			return nil, fmt.Errorf("finding a free port on 127.0.0.1: %w", err)
 		}
 		defer l.Close() // held until all are picked, so they differ
-		addrs = append(addrs, l.Addr().String())
+		addr := l.Addr().String()
+		if handedOut.ports[addr] {
+			continue
+		}
+		handedOut.ports[addr] = true
+		addrs = append(addrs, addr)
 	}
 	return addrs, nil
 }
+
+var handedOut = struct {
+	mu    sync.Mutex
+	ports map[string]bool
+}{ports: map[string]bool{}}
 
 // findBinary returns dir/name if it is an executable file.
 func findBinary(dir, name string) (string, error) {
