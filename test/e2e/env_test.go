@@ -83,6 +83,7 @@ func TestMain(m *testing.M) {
 		}
 		artifactsDir = filepath.Join(root, "artifacts")
 		defer stopOpsEnv()
+		defer removePlainBuild()
 		return m.Run()
 	}()
 	os.Exit(code)

@@ -364,21 +364,28 @@ func readManifest(t *testing.T, path string, into any) {
 
 var (
 	plainBuild    sync.Once
+	plainDir      string
 	plainBinary   string
 	plainBuildErr error
 )
+
+// removePlainBuild removes the build below, if a test made it (TestMain).
+func removePlainBuild() {
+	if plainDir != "" {
+		os.RemoveAll(plainDir)
+	}
+}
 
 // plainControllerBinary builds bar-controller without the race detector,
 // once per test process, for the memory verdicts above.
 func plainControllerBinary(t *testing.T) string {
 	t.Helper()
 	plainBuild.Do(func() {
-		dir, err := os.MkdirTemp("", "bar-e2e-plain")
-		if err != nil {
-			plainBuildErr = err
+		plainDir, plainBuildErr = os.MkdirTemp("", "bar-e2e-plain")
+		if plainBuildErr != nil {
 			return
 		}
-		plainBinary, plainBuildErr = testcluster.BuildControllerWithoutRace(dir)
+		plainBinary, plainBuildErr = testcluster.BuildControllerWithoutRace(plainDir)
 	})
 	if plainBuildErr != nil {
 		t.Fatal(plainBuildErr)
