@@ -43,6 +43,7 @@ func Build(reports ...Report) (Model, Row, error) {
 		return Model{}, Row{}, err
 	}
 	m, err := Fit(fit)
+	m.All = rows
 	return m, check, err
 }
 
@@ -160,6 +161,11 @@ func Markdown(m Model, check Row) string {
 	ctl, srv := PerCoreRate(m, "cpu"), PerCoreRate(m, "server")
 	fmt.Fprintf(&b, "- one core takes %s Bars a second through a cold start in the controller, %s in the API server and etcd: per Bar the API server and etcd spend %.1f× the controller's CPU\n",
 		about(ctl), about(srv), ctl/srv)
+
+	if accounts := Accounts(m.All); len(accounts) > 0 {
+		b.WriteString("\n### Where the converge time goes: the CPU account\n\n")
+		b.WriteString(AccountMarkdown(accounts))
+	}
 	return b.String()
 }
 

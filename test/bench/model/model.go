@@ -46,6 +46,11 @@ type Row struct {
 	Server     float64 // the same over the floors
 	Writes     float64 // per Bar, the bench's own Bar creates taken out
 	WatchLists float64 // watches that began with a list
+	// The bench's own CPU, medians over the floors and over the runs, if
+	// the report has the column (HasBenchCPU): in a floor its three
+	// writes per Bar, in a run its Bar creates and its convergence watch.
+	HasBenchCPU          bool
+	BenchFloor, BenchRun float64
 }
 
 // Line is a + b·N.
@@ -143,6 +148,9 @@ var Ratio = Figure{"ratio", "controller run ÷ floor", "×", Linear, func(r Row)
 type Model struct {
 	Lines map[string]Line
 	Rows  []Row // what it was fitted from
+	// All is every row of the reports, the check's and those with
+	// unrelated Deployments too (for the CPU account, account.go).
+	All []Row
 }
 
 // Predict is the figure's value at n Bars.
