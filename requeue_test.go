@@ -27,6 +27,8 @@ import (
 	core "k8s.io/client-go/testing"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
+
+	"github.com/barcontroller/bar-controller/internal/metrics"
 )
 
 // A sync that finds a cache older than its own write waits a short fixed
@@ -93,6 +95,7 @@ func TestAlreadyExistsIsRetriedQuietly(t *testing.T) {
 		return true, nil, apierrors.NewAlreadyExists(appsv1.Resource("deployments"), "web")
 	})
 	key := keyOf(bar)
+	stale, failed := metrics.Syncs(metrics.SyncStale), metrics.Syncs(metrics.SyncError)
 
 	c.queue.Add(key)
 	if !c.processNextWorkItem(ctx, ctx) {
@@ -100,6 +103,15 @@ func TestAlreadyExistsIsRetriedQuietly(t *testing.T) {
 	}
 	if n := c.queue.NumRequeues(key); n != 1 {
 		t.Errorf("NumRequeues = %d after AlreadyExists, want 1 (rate-limited)", n)
+	}
+	// Counted as the caches being behind (BarControllerStaleCache fires
+	// only when most syncs are), not as a failed sync
+	// (BarControllerSyncErrors: artifacts/monitoring/prometheusrule.yaml).
+	if got := metrics.Syncs(metrics.SyncStale) - stale; got != 1 {
+		t.Errorf("bar_controller_syncs_total{result=%q} grew by %v, want 1", metrics.SyncStale, got)
+	}
+	if got := metrics.Syncs(metrics.SyncError) - failed; got != 0 {
+		t.Errorf("bar_controller_syncs_total{result=%q} grew by %v, want 0", metrics.SyncError, got)
 	}
 	checkActions(t, "kube", []core.Action{createDeploymentAction(bar)}, f.kubeclient.Actions())
 	checkActions(t, "bar", nil, f.client.Actions())

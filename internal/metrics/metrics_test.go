@@ -45,6 +45,19 @@ func TestMetricsHandlerServesSyncMetrics(t *testing.T) {
 	}
 }
 
+// Syncs reads what /metrics serves for a result, and only that result.
+func TestSyncsReadsTheCounter(t *testing.T) {
+	stale, errs := Syncs(SyncStale), Syncs(SyncError)
+	RecordSync(SyncStale, time.Millisecond)
+	RecordSync(SyncStale, time.Millisecond)
+	if got := Syncs(SyncStale) - stale; got != 2 {
+		t.Errorf("Syncs(%q) grew by %v after two, want 2", SyncStale, got)
+	}
+	if got := Syncs(SyncError) - errs; got != 0 {
+		t.Errorf("Syncs(%q) grew by %v, want 0", SyncError, got)
+	}
+}
+
 // The profiles are there only when asked for, and what /debug/pprof/heap
 // serves is a heap profile pprof can read, not just a 200.
 func TestHandlerProfiling(t *testing.T) {
