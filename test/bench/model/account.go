@@ -21,22 +21,28 @@ import (
 	"strings"
 )
 
-// The bench's machine has two cores, and through a cold start the API
-// server, etcd, the controller and the bench keep both busy, in a floor
-// and in a run alike. So a run should last about as long as all their CPU
-// takes: the converge ratio (run ÷ floor) close to the CPU ratio, all CPU
-// over a run ÷ all CPU over a floor. If it is, the ratio's share that is
-// the controller's own is its CPU, and what the ratio would be with the
-// controller's CPU halved, or gone, bounds what any change to the
-// controller alone could reach on this machine. The account puts those
-// side by side for every row of the reports, and the controller's CPU per
-// Bar next to the bench's own over a floor: three plain client-go writes
-// per Bar, with no watch and no logic.
+// The bench's machine has two cores, and no run can be shorter than the
+// CPU spent in it divided by two. Through a cold start the API server,
+// etcd, the controller and the bench keep both cores busy, in a floor as
+// in a run, so each lasts about that long, and the converge ratio (run ÷
+// floor) is about the CPU ratio: all CPU over a run ÷ all CPU over a
+// floor. When both are saturated that is near certain; the row's error
+// says how near, and a run the controller leaves waiting (a rate limit, a
+// backoff) shows as a converge ratio above its CPU ratio. On that machine
+// the controller's CPU lengthens a run one for one, and the CPU ratio
+// with less of it, everything else as measured, is the least converge
+// ratio a cheaper controller could reach there.
+//
+// The windows differ a little: the API server's and the bench's CPU are
+// taken from the first Bar create to convergence, the controller's over
+// its whole life (its start and initial lists, and the Events it writes
+// after convergence), which overstates its share in a run; most at 500
+// Bars, where a run lasts 4 s.
 
 // Account is one row's CPU account.
 type Account struct {
 	Row
-	Ratio    float64 // converge time, run ÷ floor (medians)
+	Ratio    float64 // converge time, run ÷ floor (medians), as the report computed it
 	CPURatio float64 // (API server + etcd + controller + bench) over a run ÷ (API server + etcd + bench) over a floor
 	// The CPU ratio with the controller's CPU halved, and with none.
 	HalfController, NoController float64
@@ -46,15 +52,21 @@ type Account struct {
 	// TrafficPerBar estimates what the controller's traffic costs a
 	// client in client-go, from the bench's own CPU: three writes and
 	// three watch events per Bar. Over a floor the bench makes three
-	// writes per Bar (F = 3w), over a run one write and three watch
-	// events (R = w + 3e: the Bar's create and status, the Deployment's
-	// create), so 3w + 3e = R + 2F/3. It takes a create, an update and
-	// a full answer to cost what the controller's writes with their
-	// metadata-only answers cost, and every event the same: an estimate.
+	// writes per Bar (F = 3w: the Bar's create, the Deployment's create,
+	// the status as an update, each answered in full, and no Event);
+	// over a run one write and three watch events (R = w + 3e: the Bar's
+	// create and its status, JSON, and the Deployment's create,
+	// protobuf), plus its bookkeeping, which grows with the run's length.
+	// So 3w + 3e = R + 2F/3, if every write costs what the controller's
+	// (a create, an apply and an Event, answered with metadata only)
+	// cost, and every event the same. An estimate, with a yardstick that
+	// moves with the machine (the bench's CPU for one floor's work
+	// differs by up to 44 % within a row: docs/measurements.md).
 	TrafficPerBar float64
-	// TargetPerBar is the most controller CPU per Bar with which the CPU
-	// ratio meets TargetRatio, the rest of the run as measured; negative
-	// when the rest alone is over it.
+	// TargetPerBar is the most controller CPU per Bar with which the
+	// converge ratio would meet TargetRatio, the rest of the run as
+	// measured and the row's converge ratio as far from its CPU ratio as
+	// measured; negative when the rest alone is over it.
 	TargetPerBar float64
 }
 
@@ -76,16 +88,23 @@ func Accounts(rows []Row) []Account {
 		}
 		floor := r.Server + r.BenchFloor
 		with := func(controller float64) float64 { return (r.ServerRun + controller + r.BenchRun) / floor }
+		ratio := r.ReportedRatio
+		if ratio == 0 {
+			ratio = r.Run / r.Floor
+		}
+		// The CPU ratio that gives the target converge ratio at this
+		// row's measured gap between the two.
+		targetCPU := TargetRatio(r.N) * with(r.CPU) / ratio
 		out = append(out, Account{
 			Row:              r,
-			Ratio:            r.Run / r.Floor,
+			Ratio:            ratio,
 			CPURatio:         with(r.CPU),
 			HalfController:   with(r.CPU / 2),
 			NoController:     with(0),
 			ControllerPerBar: r.CPU / float64(r.N),
 			BareWritesPerBar: r.BenchFloor / float64(r.N),
 			TrafficPerBar:    (r.BenchRun + 2*r.BenchFloor/3) / float64(r.N),
-			TargetPerBar:     (TargetRatio(r.N)*floor - r.ServerRun - r.BenchRun) / float64(r.N),
+			TargetPerBar:     (targetCPU*floor - r.ServerRun - r.BenchRun) / float64(r.N),
 		})
 	}
 	return out

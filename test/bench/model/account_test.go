@@ -83,14 +83,38 @@ func TestAccounts(t *testing.T) {
 			t.Errorf("%s: %v, want %v", c.name, c.got, c.want)
 		}
 	}
+
+	// The report's ratio, 5 % above the CPU ratio: the target allows a
+	// CPU ratio 5 % below 1.35, 1.35 ÷ 1.05 × 20 s ≈ 25.71 s, so 25.71 −
+	// 26 s of the rest: none.
+	r.ReportedRatio = 1.575
+	a = Accounts([]Row{r})[0]
+	if math.Abs(a.Error()-0.05) > 1e-12 {
+		t.Errorf("error %v with the report's ratio 1.575, want 0.05", a.Error())
+	}
+	if want := (1.35/1.05*20 - 26) / 1000; math.Abs(a.TargetPerBar-want) > 1e-12 || a.TargetPerBar >= 0 {
+		t.Errorf("target per Bar %v at a 5 %% gap, want %v (below zero)", a.TargetPerBar, want)
+	}
 }
 
+// AccountTolerance is how far a row's converge ratio may be from its CPU
+// ratio, from 2,000 Bars up. Measured: the committed reports' rows of
+// 2,000 Bars and more are +0.5, +1.8, −1.3, −0.1 and −0.1 % from it, two
+// runs outside them (docs/measurements.md, fifth steps) +0.2 and +1.1 %:
+// 1.8 % at most in seven rows, on a machine whose CPU for one floor's
+// work drifted by 37–44 % within one of them. 5 % is a little under three
+// times that. Below 2,000 Bars a run lasts seconds and the rounding of its
+// figures to 0.1 s is up to ±10 %: shown, not held.
+const AccountTolerance = 0.05
+
 // TestCommittedConvergeFollowsCPU holds the committed reports to what
-// docs/sizing-model.md's CPU account says of them: on the bench's two
-// cores, every row's converge ratio is within Tolerance of its CPU ratio.
-// If a regenerated report breaks it, the account's reading (the
-// controller's share of the ratio is its CPU) no longer holds: say why
-// in docs/sizing-model.md before widening anything.
+// docs/sizing-model.md's CPU account reads in them: that in every row
+// from 2,000 Bars up a run and a floor keep the two cores busy alike, so
+// that the converge ratio is the CPU ratio within AccountTolerance and
+// the controller's CPU lengthens a run one for one. A run the controller
+// left waiting would show as a converge ratio above its CPU ratio. If a
+// regenerated report breaks it, the account's reading no longer holds:
+// say why in docs/sizing-model.md before widening anything.
 func TestCommittedConvergeFollowsCPU(t *testing.T) {
 	m, _ := committed(t)
 	accounts := Accounts(m.All)
@@ -100,9 +124,9 @@ func TestCommittedConvergeFollowsCPU(t *testing.T) {
 	for _, a := range accounts {
 		t.Logf("%s, %d Bars, %d unrelated: converge %.2f×, CPU %.2f× (%+.1f %%); controller halved %.2f×, none %.2f×",
 			a.Report, a.N, a.Unrelated, a.Ratio, a.CPURatio, a.Error()*100, a.HalfController, a.NoController)
-		if math.Abs(a.Error()) > Tolerance {
+		if a.N >= 2000 && math.Abs(a.Error()) > AccountTolerance {
 			t.Errorf("%s, %d Bars: converge ratio %.2f×, CPU ratio %.2f×: %+.1f %%, more than %.0f %%",
-				a.Report, a.N, a.Ratio, a.CPURatio, a.Error()*100, Tolerance*100)
+				a.Report, a.N, a.Ratio, a.CPURatio, a.Error()*100, AccountTolerance*100)
 		}
 	}
 }

@@ -51,6 +51,8 @@ type Row struct {
 	// writes per Bar, in a run its Bar creates and its convergence watch.
 	HasBenchCPU          bool
 	BenchFloor, BenchRun float64
+	// ReportedRatio is the report's own converge ratio, 0 if it has none.
+	ReportedRatio float64
 }
 
 // Line is a + b·N.

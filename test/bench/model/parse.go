@@ -41,6 +41,10 @@ const (
 	// colBench is read where a report has it (since f6e6f43): the
 	// CPU account (account.go) needs it, the fit does not.
 	colBench = "the bench's own CPU"
+	// colRatio is the converge ratio as the report computed it, from
+	// unrounded times: the account compares it, not Run ÷ Floor, whose
+	// times are rounded to 0.1 s (4 s at 500 Bars).
+	colRatio = "median ÷ median floor"
 )
 
 var (
@@ -70,8 +74,10 @@ func ParseReport(name, text string) ([]Row, error) {
 		}
 		col[want] = i
 	}
-	if i := slices.IndexFunc(header, func(h string) bool { return strings.HasPrefix(h, colBench) }); i >= 0 {
-		col[colBench] = i
+	for _, optional := range []string{colBench, colRatio} {
+		if i := slices.IndexFunc(header, func(h string) bool { return strings.HasPrefix(h, optional) }); i >= 0 {
+			col[optional] = i
+		}
 	}
 	var rows []Row
 	for i, l := range lines[start+2:] {
@@ -160,6 +166,9 @@ func parseRow(c []string, col map[string]int) (Row, error) {
 		r.HasBenchCPU = true
 		r.BenchFloor = num(colBench, medianOf(floors))
 		r.BenchRun = num(colBench, medianOf(runs))
+	}
+	if i, ok := col[colRatio]; ok {
+		r.ReportedRatio = num(colRatio, c[i])
 	}
 	return r, err
 }
