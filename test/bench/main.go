@@ -53,6 +53,7 @@ func main() {
 		apfN       = flag.Int("apf", 500, "Bars of the scenario where API Priority and Fairness gives the controller one seat (apf.go), the shipped controller against 4 fixed workers; 0 skips it")
 		cpuProf    = flag.Duration("cpu-profile", 0, "if set, a CPU profile of each controller run this long from its first Bar create, written next to its log as cpu-<Bars>-<unrelated>-run<i>.pb.gz (for go tool pprof)")
 		apiProf    = flag.Bool("apiserver-profile", false, "with --cpu-profile: profile the API server instead, over each floor and each controller run alike, as apiserver-cpu-<Bars>-<unrelated>-floor<i>.pb.gz and apiserver-cpu-<Bars>-<unrelated>-run<i>.pb.gz; a profile lasts --cpu-profile whatever the window, so keep it no longer than the shortest floor, or it covers what follows (idle time after a floor; the Events wait and the heap profile after a run)")
+		observe    = flag.Bool("observe-floors", false, "each floor carries the bench's convergence watch and ends when it has seen every Bar done, as a controller run does, so that the ratio leaves out what the watch costs; prints the table only (the reports' floors carry no watch)")
 		ctlArgs    = flag.String("controller-args", "", "space-separated flags added to the controller's (say --adaptive-concurrency=false --workers=4, to compare with the fixed number); the report names them")
 	)
 	flag.Parse()
@@ -81,7 +82,7 @@ func main() {
 		os.Exit(2)
 	}
 	s := scenario{binDir: *binDir, crdDir: *crdDir, controller: controllerPath, inflight: *inflight, idleResync: *idle, logDir: *logDir, rounds: *runs, cpuProfile: *cpuProf, apiServerProfile: *apiProf,
-		extraArgs: strings.Fields(*ctlArgs)}
+		observeFloors: *observe, extraArgs: strings.Fields(*ctlArgs)}
 
 	if *split > 0 {
 		table, err := breakdown(ctx, s, *split, *rounds)
@@ -99,6 +100,10 @@ func main() {
 	}
 	if *cpuProf > 0 && *out != "" {
 		fmt.Fprintf(os.Stderr, "bench: --cpu-profile: printing the table only, not writing %s\n", *out)
+		*out = ""
+	}
+	if *observe && *out != "" {
+		fmt.Fprintf(os.Stderr, "bench: --observe-floors: printing the table only, not writing %s\n", *out)
 		*out = ""
 	}
 	if *ctlArgs != "" && *out != "" {

@@ -28,6 +28,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -100,6 +101,11 @@ type scenario struct {
 	// floor and each controller run alike (the same process serves both,
 	// so their profiles compare).
 	apiServerProfile bool
+	// observeFloors: each floor carries the bench's convergence watch and
+	// ends when it has seen every Bar done, as a controller run does
+	// (--observe-floors), so that the ratio leaves out what the watch
+	// costs the API server and the bench; the reports' floors carry none.
+	observeFloors bool
 	// extraArgs are added to every controller's flags (--controller-args).
 	extraArgs []string
 	// step names what the row is doing now, for its monitor (monitor.go).
@@ -199,6 +205,15 @@ func (s scenario) floor(ctx context.Context, c *testcluster.Cluster, w writers, 
 	if err := createNamespace(ctx, w.kube, ns); err != nil {
 		return 0, 0, err
 	}
+	// Opened before the CPU is read, as a controller run's is.
+	var watcher *convergence
+	if s.observeFloors {
+		var err error
+		if watcher, err = watchConvergence(ctx, c.Config, ns); err != nil {
+			return 0, 0, err
+		}
+		defer watcher.stop()
+	}
 	cpu0, err := serverCPU(c)
 	if err != nil {
 		return 0, 0, err
@@ -215,6 +230,14 @@ func (s scenario) floor(ctx context.Context, c *testcluster.Cluster, w writers, 
 		return 0, 0, err
 	}
 	*retries += again
+	if watcher != nil {
+		if err := wait.PollUntilContextTimeout(ctx, pollInterval, 30*time.Minute, true, func(context.Context) (bool, error) {
+			return watcher.converged() == n, nil
+		}); err != nil {
+			return 0, 0, fmt.Errorf("waiting for the watch to see %d Bars done (%d seen): %w", n, watcher.converged(), err)
+		}
+		watcher.stop() // before the clean, whose events are not the floor's
+	}
 	took := time.Since(start)
 	_, self1, _ := usage(os.Getpid())
 	*self = self1 - self0
