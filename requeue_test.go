@@ -95,7 +95,15 @@ func TestAlreadyExistsIsRetriedQuietly(t *testing.T) {
 		return true, nil, apierrors.NewAlreadyExists(appsv1.Resource("deployments"), "web")
 	})
 	key := keyOf(bar)
-	stale, failed := metrics.Syncs(metrics.SyncStale), metrics.Syncs(metrics.SyncError)
+	syncs := func(result string) float64 {
+		t.Helper()
+		v, err := metrics.Syncs(result)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	stale, failed := syncs(metrics.SyncStale), syncs(metrics.SyncError)
 
 	c.queue.Add(key)
 	if !c.processNextWorkItem(ctx, ctx) {
@@ -107,10 +115,10 @@ func TestAlreadyExistsIsRetriedQuietly(t *testing.T) {
 	// Counted as the caches being behind (BarControllerStaleCache fires
 	// only when most syncs are), not as a failed sync
 	// (BarControllerSyncErrors: artifacts/monitoring/prometheusrule.yaml).
-	if got := metrics.Syncs(metrics.SyncStale) - stale; got != 1 {
+	if got := syncs(metrics.SyncStale) - stale; got != 1 {
 		t.Errorf("bar_controller_syncs_total{result=%q} grew by %v, want 1", metrics.SyncStale, got)
 	}
-	if got := metrics.Syncs(metrics.SyncError) - failed; got != 0 {
+	if got := syncs(metrics.SyncError) - failed; got != 0 {
 		t.Errorf("bar_controller_syncs_total{result=%q} grew by %v, want 0", metrics.SyncError, got)
 	}
 	checkActions(t, "kube", []core.Action{createDeploymentAction(bar)}, f.kubeclient.Actions())

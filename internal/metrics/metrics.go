@@ -135,13 +135,14 @@ func RecordSync(result string, d time.Duration) {
 
 // Syncs is what bar_controller_syncs_total says so far for a result, in
 // this process: the controller's tests read it before and after a sync to
-// tell how it was counted, as an operator's dashboard would.
-func Syncs(result string) float64 {
+// tell how it was counted, as an operator's dashboard would. Reading a
+// result starts its series at 0, as RecordSync's first count would.
+func Syncs(result string) (float64, error) {
 	var m dto.Metric
 	if err := syncsTotal.WithLabelValues(result).Write(&m); err != nil {
-		return 0
+		return 0, err
 	}
-	return m.GetCounter().GetValue()
+	return m.GetCounter().GetValue(), nil
 }
 
 type workqueueMetrics struct{}

@@ -47,13 +47,21 @@ func TestMetricsHandlerServesSyncMetrics(t *testing.T) {
 
 // Syncs reads what /metrics serves for a result, and only that result.
 func TestSyncsReadsTheCounter(t *testing.T) {
-	stale, errs := Syncs(SyncStale), Syncs(SyncError)
+	read := func(result string) float64 {
+		t.Helper()
+		v, err := Syncs(result)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	stale, errs := read(SyncStale), read(SyncError)
 	RecordSync(SyncStale, time.Millisecond)
 	RecordSync(SyncStale, time.Millisecond)
-	if got := Syncs(SyncStale) - stale; got != 2 {
+	if got := read(SyncStale) - stale; got != 2 {
 		t.Errorf("Syncs(%q) grew by %v after two, want 2", SyncStale, got)
 	}
-	if got := Syncs(SyncError) - errs; got != 0 {
+	if got := read(SyncError) - errs; got != 0 {
 		t.Errorf("Syncs(%q) grew by %v, want 0", SyncError, got)
 	}
 }

@@ -149,6 +149,11 @@ func main() {
 		apf = &r
 	}
 	table := markdownTable(results)
+	if *observe {
+		// Not the reports' floors: say so next to the table.
+		fmt.Println("Floors carry the bench's convergence watch and end when it has seen every Bar done (--observe-floors).")
+		fmt.Println()
+	}
 	fmt.Println(table)
 	if apf != nil {
 		fmt.Println(apfTable(*apf))
