@@ -160,15 +160,17 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		"--leader-elect=false",
 	}
 	if opts.ControllerManager {
-		args := slices.Concat(common, []string{"--secure-port=" + strconv.Itoa(kcmPort), "--controllers=*",
-			"--service-account-private-key-file=" + c.ServiceAccountKey,
-			"--root-ca-file=" + filepath.Join(c.Dir, "certs", "apiserver.crt")})
+		args := func(port int) []string {
+			return slices.Concat(common, []string{"--secure-port=" + strconv.Itoa(port), "--controllers=*",
+				"--service-account-private-key-file=" + c.ServiceAccountKey,
+				"--root-ca-file=" + filepath.Join(c.Dir, "certs", "apiserver.crt")})
+		}
 		if err := c.startHealthChecked(ctx, logDir, "kube-controller-manager", kcmPort, args); err != nil {
 			return nil, err
 		}
 	}
 	if opts.Scheduler {
-		args := slices.Concat(common, []string{"--secure-port=" + strconv.Itoa(schedPort)})
+		args := func(port int) []string { return slices.Concat(common, []string{"--secure-port=" + strconv.Itoa(port)}) }
 		if err := c.startHealthChecked(ctx, logDir, "kube-scheduler", schedPort, args); err != nil {
 			return nil, err
 		}
@@ -299,16 +301,23 @@ func (c *Cluster) startAPIServer(ctx context.Context, logDir string, etcdPort, p
 	return c.writeKubeconfig(token)
 }
 
-func (c *Cluster) startHealthChecked(ctx context.Context, logDir, name string, port int, args []string) error {
-	p, err := c.start(logDir, name, args...)
-	if err != nil {
-		return err
-	}
+func (c *Cluster) startHealthChecked(ctx context.Context, logDir, name string, port int, args func(port int) []string) error {
 	insecure := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
-	return p.WaitReady(ctx, time.Minute, httpCheck(insecure, fmt.Sprintf("https://127.0.0.1:%d/healthz", port), ""))
+	return c.startOnFreePort(ctx, logDir, name, port, args, func(port int) func(context.Context) error {
+		return httpCheck(insecure, fmt.Sprintf("https://127.0.0.1:%d/healthz", port), "")
+	})
 }
 
 func (c *Cluster) startKwok(ctx context.Context, logDir string, port int, stages []string) error {
+	args := func(port int) []string {
+		return c.kwokArgs(port, stages)
+	}
+	return c.startOnFreePort(ctx, logDir, "kwok", port, args, func(port int) func(context.Context) error {
+		return httpCheck(http.DefaultClient, fmt.Sprintf("http://127.0.0.1:%d/healthz", port), "")
+	})
+}
+
+func (c *Cluster) kwokArgs(port int, stages []string) []string {
 	args := []string{
 		"--kubeconfig=" + c.Kubeconfig,
 		"--manage-all-nodes=false",
@@ -322,11 +331,7 @@ func (c *Cluster) startKwok(ctx context.Context, logDir string, port int, stages
 	for _, s := range stages {
 		args = append(args, "--config="+s)
 	}
-	p, err := c.start(logDir, "kwok", args...)
-	if err != nil {
-		return err
-	}
-	return p.WaitReady(ctx, time.Minute, httpCheck(http.DefaultClient, fmt.Sprintf("http://127.0.0.1:%d/healthz", port), ""))
+	return args
 }
 
 func (c *Cluster) writeKubeconfig(token string) error {
