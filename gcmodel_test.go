@@ -20,6 +20,7 @@ import (
 	"flag"
 	"testing"
 
+	"github.com/barcontroller/bar-controller/internal/memory"
 	"github.com/barcontroller/bar-controller/test/bench/model"
 )
 
@@ -37,8 +38,8 @@ func TestGCModelMatchesTuner(t *testing.T) {
 	if o.gcHeadroom != model.GCHeadroomPercent {
 		t.Errorf("--gc-headroom-percent defaults to %d, the sizing model assumes %d", o.gcHeadroom, model.GCHeadroomPercent)
 	}
-	if gcMinHeadroom != model.GCMinHeadroom {
-		t.Errorf("gcMinHeadroom is %d, the sizing model assumes %d", gcMinHeadroom, model.GCMinHeadroom)
+	if memory.MinHeadroom != model.GCMinHeadroom {
+		t.Errorf("memory.MinHeadroom is %d, the sizing model assumes %d", memory.MinHeadroom, model.GCMinHeadroom)
 	}
 
 	const mib = 1 << 20
@@ -47,7 +48,7 @@ func TestGCModelMatchesTuner(t *testing.T) {
 	// of each, and a geometric sweep everywhere else.
 	lives := []uint64{}
 	for k := uint64(40); k <= 110; k++ {
-		b := uint64(gcMinHeadroom) * 100 / k
+		b := uint64(memory.MinHeadroom) * 100 / k
 		lives = append(lives, b-1, b, b+1)
 	}
 	for b := float64(mib); b <= 4<<30; b *= 1.001 {
@@ -56,7 +57,7 @@ func TestGCModelMatchesTuner(t *testing.T) {
 	lives = append(lives, 4<<30)
 	steps := map[int]bool{}
 	for _, live := range lives {
-		want := gcPercent(live, o.gcHeadroom, gcMinHeadroom)
+		want := memory.GCPercent(live, o.gcHeadroom, memory.MinHeadroom)
 		steps[want] = true
 		if got := model.GCPercent(float64(live) / mib); got != float64(want) {
 			t.Errorf("%d bytes live: the model says GOGC=%v, the controller sets %d", live, got, want)

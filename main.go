@@ -46,6 +46,7 @@ import (
 	"github.com/barcontroller/bar-controller/internal/conversion"
 	"github.com/barcontroller/bar-controller/internal/leader"
 	"github.com/barcontroller/bar-controller/internal/logging"
+	"github.com/barcontroller/bar-controller/internal/memory"
 	"github.com/barcontroller/bar-controller/internal/metrics"
 	"github.com/barcontroller/bar-controller/internal/probes"
 	"github.com/barcontroller/bar-controller/internal/serving"
@@ -73,7 +74,7 @@ func main() {
 	}
 
 	// Here and not in run: the policy is the process's, set once.
-	setUpMemory(klog.Background(), opts.gcHeadroom)
+	memory.SetUp(klog.Background(), opts.gcHeadroom)
 	ctx := klog.NewContext(signalContext(), klog.Background())
 	if err := run(ctx, opts); err != nil {
 		klog.FromContext(ctx).Error(err, "bar-controller failed")

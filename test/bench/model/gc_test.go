@@ -19,10 +19,10 @@ package model
 import "testing"
 
 // The policy's values at the reports' live heaps; the root package's
-// gcmodel_test.go checks every live heap against memory.go itself.
+// gcmodel_test.go checks every live heap against internal/memory itself.
 func TestGCPercent(t *testing.T) {
 	for _, tc := range []struct{ live, want float64 }{
-		{0, 50},     // memory.go's too: no live heap read, no floor
+		{0, 50},     // internal/memory's too: no live heap read, no floor
 		{6.0, 100},  // 500 Bars
 		{32, 100},   // the floor of 32 MiB is the live heap itself
 		{35.1, 100}, // 91 %, rounded up

@@ -14,7 +14,7 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package main
+package memory
 
 import (
 	"runtime"
@@ -91,8 +91,8 @@ func TestGCPercent(t *testing.T) {
 		// Steps of 10, rounded up (never less headroom than asked).
 		{"rounded", 350 * mib, 33, 32 * mib, 40},
 	} {
-		if got := gcPercent(tc.live, tc.percent, tc.headroom); got != tc.want {
-			t.Errorf("%s: gcPercent(%d MiB, %d, %d MiB) = %d, want %d", tc.name, tc.live/mib, tc.percent, tc.headroom/mib, got, tc.want)
+		if got := GCPercent(tc.live, tc.percent, tc.headroom); got != tc.want {
+			t.Errorf("%s: GCPercent(%d MiB, %d, %d MiB) = %d, want %d", tc.name, tc.live/mib, tc.percent, tc.headroom/mib, got, tc.want)
 		}
 	}
 }

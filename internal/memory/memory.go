@@ -14,7 +14,11 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package main
+// Package memory is bar-controller's garbage-collection policy: how far the
+// heap may grow between collections (GOGC, tuned after every collection)
+// and the soft memory limit (GOMEMLIMIT) taken from the container's cgroup.
+// It is process plumbing that main calls once at start.
+package memory
 
 import (
 	"os"
@@ -29,7 +33,7 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// The controller's memory is its caches (about 6 KB per Bar, trim.go) and
+// The controller's memory is its caches (about 6 KB per Bar, the root package's trim.go) and
 // the garbage between two collections. With Go's default GOGC=100 a
 // collection starts when the heap has doubled since the last one, so a
 // cold start, whose garbage is every decoded watch event and response,
@@ -38,7 +42,7 @@ import (
 //
 //   - the heap may grow past what the last collection found live by
 //     --gc-headroom-percent of it (GOGC's own rule, with another percent),
-//     but by never less than gcMinHeadroom, so that a small controller does
+//     but by never less than MinHeadroom, so that a small controller does
 //     not collect more often than Go would for memory nobody misses;
 //   - without GOMEMLIMIT, the soft limit is 90 % of the container's memory
 //     limit (cgroup v2 memory.max), so that the collector works harder near
@@ -48,8 +52,8 @@ import (
 // live heap, and collections come 100/percent times as often as with
 // GOGC=100.
 
-// gcMinHeadroom is the least the heap may grow between collections.
-const gcMinHeadroom = 32 << 20
+// MinHeadroom is the least the heap may grow between collections.
+const MinHeadroom = 32 << 20
 
 // memoryLimitShare is the part of the container's memory limit given to
 // the Go runtime's soft limit when GOMEMLIMIT is not set: the rest is for
@@ -57,9 +61,9 @@ const gcMinHeadroom = 32 << 20
 // the shipped manifests' GOMEMLIMIT (about 90 %, test/e2e checks it).
 const memoryLimitShare = 0.9
 
-// setUpMemory applies the policy above. GOGC or GOMEMLIMIT in the
+// SetUp applies the policy above. GOGC or GOMEMLIMIT in the
 // environment take precedence over the part they set.
-func setUpMemory(logger klog.Logger, headroomPercent int) {
+func SetUp(logger klog.Logger, headroomPercent int) {
 	// The runtime treats an empty GOGC or GOMEMLIMIT as unset; so does this.
 	if os.Getenv("GOMEMLIMIT") == "" {
 		if limit, ok := containerMemoryLimit(); ok {
@@ -74,7 +78,7 @@ func setUpMemory(logger klog.Logger, headroomPercent int) {
 	// From the first collection on: until then the heap is below Go's
 	// own minimum (4 MB) anyway.
 	t := &gcTuner{logger: logger, percent: headroomPercent, current: 100}
-	t.minHeadroom.Store(gcMinHeadroom)
+	t.minHeadroom.Store(MinHeadroom)
 	t.arm()
 }
 
@@ -111,18 +115,18 @@ func (t *gcTuner) tune() {
 	if liveHeapSample[0].Value.Kind() == metrics.KindUint64 {
 		live = liveHeapSample[0].Value.Uint64()
 	}
-	if p := gcPercent(live, t.percent, t.minHeadroom.Load()); p != t.current {
+	if p := GCPercent(live, t.percent, t.minHeadroom.Load()); p != t.current {
 		debug.SetGCPercent(p)
 		t.current = p
 		t.logger.V(4).Info("GOGC set from the live heap", "liveHeap", live, "gogc", p)
 	}
 }
 
-// gcPercent is the GOGC that lets a heap of live bytes grow by percent of
+// GCPercent is the GOGC that lets a heap of live bytes grow by percent of
 // it, or by minHeadroom bytes if that is more, in steps of 10 so that a
 // live heap that wobbles does not reset it at every collection, and never
 // more than 100 (Go's default) unless percent is.
-func gcPercent(live uint64, percent int, minHeadroom uint64) int {
+func GCPercent(live uint64, percent int, minHeadroom uint64) int {
 	p := percent
 	if live > 0 && minHeadroom*100/live > uint64(p) {
 		p = int(min(minHeadroom*100/live, 1000))
