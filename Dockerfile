@@ -13,7 +13,7 @@ COPY . .
 ARG VERSION=dev
 ARG COMMIT=unknown
 RUN CGO_ENABLED=0 go build -trimpath \
-      -ldflags "-s -w -X main.version=${VERSION} -X main.commit=${COMMIT}" \
+      -ldflags "-s -w -X github.com/barcontroller/bar-controller/internal/version.version=${VERSION} -X github.com/barcontroller/bar-controller/internal/version.commit=${COMMIT}" \
       -o /out/bar-controller .
 
 FROM gcr.io/distroless/static-debian12:nonroot

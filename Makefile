@@ -2,9 +2,10 @@
 
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 # The full commit, for --version, bar_controller_build_info and the
-# User-Agent (version.go).
+# User-Agent (internal/version).
 COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
-GO_LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
+VERSION_PKG := github.com/barcontroller/bar-controller/internal/version
+GO_LDFLAGS := -X $(VERSION_PKG).version=$(VERSION) -X $(VERSION_PKG).commit=$(COMMIT)
 IMAGE ?= bar-controller:$(VERSION)
 
 SHELL := /bin/bash

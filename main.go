@@ -50,6 +50,7 @@ import (
 	"github.com/barcontroller/bar-controller/internal/metrics"
 	"github.com/barcontroller/bar-controller/internal/probes"
 	"github.com/barcontroller/bar-controller/internal/serving"
+	"github.com/barcontroller/bar-controller/internal/version"
 	"github.com/barcontroller/bar-controller/internal/webhookcert"
 	clientset "github.com/barcontroller/bar-controller/pkg/generated/clientset/versioned"
 	informers "github.com/barcontroller/bar-controller/pkg/generated/informers/externalversions"
@@ -61,7 +62,7 @@ func main() {
 	opts.addFlags(flag.CommandLine)
 	flag.Parse()
 	if opts.showVersion {
-		printVersion(os.Stdout)
+		version.Print(os.Stdout)
 		return
 	}
 	if err := opts.validate(); err != nil {
@@ -86,10 +87,10 @@ func main() {
 
 func run(ctx context.Context, opts options) error {
 	logger := klog.FromContext(ctx)
-	logger.Info("Starting bar-controller", "version", version, "commit", buildCommit(), "namespace", opts.namespace)
+	logger.Info("Starting bar-controller", "version", version.Version(), "commit", version.Commit(), "namespace", opts.namespace)
 	// Before any client or work queue exists: they pick up the providers.
 	registry := metrics.NewRegistry()
-	registry.MustRegister(metrics.BuildInfo(version, buildCommit(), goruntime.Version()))
+	registry.MustRegister(metrics.BuildInfo(version.Version(), version.Commit(), goruntime.Version()))
 	registry.MustRegister(webhookcert.Collectors()...)
 
 	cfg, err := restConfig(opts)
@@ -292,7 +293,7 @@ func serveMetrics(ctx context.Context, opts options, cfg *rest.Config, h http.Ha
 // make the controller send stays bounded whatever --kube-api-qps says.
 func metricsAuthConfig(cfg *rest.Config, o apiauth.Options) *rest.Config {
 	c := rest.CopyConfig(cfg)
-	c.UserAgent = "bar-controller/" + version + " (metrics-auth)"
+	c.UserAgent = "bar-controller/" + version.Version() + " (metrics-auth)"
 	c.QPS = float32(o.Rate())
 	c.Burst = o.Burst()
 	c.RateLimiter = nil
@@ -319,7 +320,7 @@ func restConfig(opts options) (*rest.Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg.UserAgent = userAgent(replica)
+	cfg.UserAgent = version.UserAgent(replica)
 	return cfg, nil
 }
 

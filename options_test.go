@@ -27,6 +27,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/barcontroller/bar-controller/internal/apiauth"
+	"github.com/barcontroller/bar-controller/internal/version"
 )
 
 // TestValidateFlags: --profiling behind plain HTTP would hand the
@@ -70,7 +71,7 @@ func TestValidateFlags(t *testing.T) {
 // out (a lane added to the filter but not to this sum did just that).
 func TestMetricsAuthConfig(t *testing.T) {
 	// As restConfig makes it with the default flags.
-	cfg := rest.AddUserAgent(&rest.Config{Host: "https://api.example:6443", QPS: -1, Burst: 400}, "bar-controller/"+version)
+	cfg := rest.AddUserAgent(&rest.Config{Host: "https://api.example:6443", QPS: -1, Burst: 400}, "bar-controller/"+version.Version())
 	o := apiauth.DefaultOptions()
 	c := metricsAuthConfig(cfg, o)
 	if c.QPS != float32(o.Rate()) || c.Burst != o.Burst() || c.Timeout != o.Timeout {

@@ -153,7 +153,7 @@ func writeFile(p string, r io.Reader, perm os.FileMode) error {
 // What is left is the Go toolchain: the same commit built with another Go
 // version gives other binaries, which the SBOM and --version then name.
 func buildBinaries(ctx context.Context, src string, c config, commit string) ([]binary, error) {
-	ldflags := fmt.Sprintf("-s -w -X main.version=%s -X main.commit=%s", c.version, commit)
+	ldflags := fmt.Sprintf("-s -w -X github.com/barcontroller/bar-controller/internal/version.version=%s -X github.com/barcontroller/bar-controller/internal/version.commit=%s", c.version, commit)
 	var out []binary
 	for _, p := range c.platforms {
 		goos, arch, _ := strings.Cut(p, "/")

@@ -66,7 +66,7 @@ func buildController(dir, name string, race bool) (string, error) {
 		return "", err
 	}
 	out := filepath.Join(dir, name)
-	args := []string{"build", "-o", out, "-ldflags", "-X main.version=test"}
+	args := []string{"build", "-o", out, "-ldflags", "-X github.com/barcontroller/bar-controller/internal/version.version=test"}
 	if race {
 		args = append(args, "-race")
 	}

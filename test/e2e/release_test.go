@@ -78,7 +78,7 @@ func buildRelease(t *testing.T, commit string) release {
 	// without the race detector: it is the subject of no assertion about
 	// its own races, and an uninstrumented build is minutes faster.
 	binary := filepath.Join(dir, "bar-controller-"+commit)
-	build := exec.Command("go", "build", "-o", binary, "-ldflags", "-X main.version="+commit, ".")
+	build := exec.Command("go", "build", "-o", binary, "-ldflags", "-X github.com/barcontroller/bar-controller/internal/version.version="+commit, ".")
 	build.Dir = src
 	build.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=readonly")
 	if out, err := build.CombinedOutput(); err != nil {

@@ -133,7 +133,7 @@ func start() (*env, error) {
 	e.watch = startWatcher(e)
 	var archives []string
 	for _, img := range []testnode.Image{
-		{Package: ".", Ref: controllerRef, LDFlags: "-X main.version=node-test"},
+		{Package: ".", Ref: controllerRef, LDFlags: "-X github.com/barcontroller/bar-controller/internal/version.version=node-test"},
 		{Package: "./test/images/app", Ref: appRef, User: "65532:65532"},
 	} {
 		a, err := testnode.BuildArchive(dir, img)

@@ -14,7 +14,7 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package main
+package version
 
 import (
 	"bytes"
@@ -38,7 +38,7 @@ const testCommit = "3e7b7e1c0ffee0123456789abcdef0123456789a"
 func TestPrintVersion(t *testing.T) {
 	stamp(t, "v1.2.3", testCommit)
 	var b bytes.Buffer
-	printVersion(&b)
+	Print(&b)
 	want := "bar-controller v1.2.3\n" +
 		"commit: " + testCommit + "\n" +
 		"go: " + goruntime.Version() + "\n" +
@@ -54,21 +54,21 @@ func TestPrintVersion(t *testing.T) {
 func TestUserAgent(t *testing.T) {
 	stamp(t, "v1.2.3", testCommit)
 	want := "bar-controller/v1.2.3 (" + goruntime.GOOS + "/" + goruntime.GOARCH + ") 3e7b7e1 replica-a"
-	if got := userAgent("replica-a"); got != want {
+	if got := UserAgent("replica-a"); got != want {
 		t.Errorf("user agent %q, want %q", got, want)
 	}
 }
 
-// TestBuildCommitUnstamped: without -X, the commit is the go command's
+// TestCommitUnstamped: without -X, the commit is the go command's
 // record of the checkout, or "unknown"; never empty, which would leave a
 // blank label and a User-Agent with a hole in it.
-func TestBuildCommitUnstamped(t *testing.T) {
+func TestCommitUnstamped(t *testing.T) {
 	stamp(t, "dev", "")
-	if c := buildCommit(); c == "" {
-		t.Error("buildCommit is empty without -X main.commit")
+	if c := Commit(); c == "" {
+		t.Error("buildCommit is empty without -X of the commit")
 	}
 	stamp(t, "dev", "abc")
-	if c := shortCommit(); c != "abc" {
+	if c := ShortCommit(); c != "abc" {
 		t.Errorf("short commit of a short value %q, want it whole", c)
 	}
 }

@@ -14,7 +14,9 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package main
+// Package version is what a bar-controller binary says of its own build:
+// --version, the build-info metric and the User-Agent of its requests.
+package version
 
 import (
 	"fmt"
@@ -26,22 +28,24 @@ import (
 // version and commit are stamped at build time by make build, make
 // image-tar and hack/release:
 //
-//	-ldflags "-X main.version=v1.2.3 -X main.commit=<full commit hash>"
+//	-ldflags "-X $(PKG).version=v1.2.3 -X $(PKG).commit=<full commit hash>"
+//
+// where PKG is this package's import path, LDFlagsPackage.
 //
 // A binary built without them (go build, go test) says "dev" and whatever
-// revision the go command recorded, if any (buildCommit).
+// revision the go command recorded, if any (Commit).
 var (
 	version = "dev"
 	commit  = ""
 )
 
-// buildCommit is the commit the binary was built from. The -X value comes
+// Commit is the commit the binary was built from. The -X value comes
 // first: release builds use -buildvcs=false, so that the binary does not
 // depend on the state of the checkout it was built in, and then the go
 // command records nothing. Without it, a go build inside a git checkout
 // still records the revision (and whether the tree was modified), which is
 // better than nothing when someone asks a hand-built binary what it is.
-func buildCommit() string {
+func Commit() string {
 	if commit != "" {
 		return commit
 	}
@@ -67,29 +71,37 @@ func buildCommit() string {
 	return revision
 }
 
-// shortCommit is the commit as the User-Agent carries it: seven characters,
+// ShortCommit is the commit as the User-Agent carries it: seven characters,
 // as client-go's default agent does (kubernetes/<commit[:7]>), enough to
 // find the commit and short enough for the audit log's lines.
-func shortCommit() string {
-	c := buildCommit()
+func ShortCommit() string {
+	c := Commit()
 	if len(c) > 7 && c != "unknown" {
 		return c[:7]
 	}
 	return c
 }
 
-// printVersion is what --version prints: what a bug report needs to name
+// Print is what --version prints: what a bug report needs to name
 // the build, one fact a line so that a script can pick one out.
-func printVersion(w io.Writer) {
+func Print(w io.Writer) {
 	fmt.Fprintf(w, "bar-controller %s\ncommit: %s\ngo: %s\nplatform: %s/%s\n",
-		version, buildCommit(), goruntime.Version(), goruntime.GOOS, goruntime.GOARCH)
+		version, Commit(), goruntime.Version(), goruntime.GOOS, goruntime.GOARCH)
 }
 
-// userAgent names the controller in the API server's audit log and request
+// UserAgent names the controller in the API server's audit log and request
 // metrics, in client-go's own shape (name/version (os/arch) commit), and
 // then which replica sent the request (the Pod name), so that the writes
 // of two replicas, such as an old and a new leader, can be told apart.
 // test/faults tells them apart by the replica at the end.
-func userAgent(replica string) string {
-	return fmt.Sprintf("bar-controller/%s (%s/%s) %s %s", version, goruntime.GOOS, goruntime.GOARCH, shortCommit(), replica)
+func UserAgent(replica string) string {
+	return fmt.Sprintf("bar-controller/%s (%s/%s) %s %s", version, goruntime.GOOS, goruntime.GOARCH, ShortCommit(), replica)
 }
+
+// LDFlagsPackage is the import path the -X flags name: the Makefile,
+// the Dockerfile and hack/release spell it out, and their tests build
+// with it and read --version back.
+const LDFlagsPackage = "github.com/barcontroller/bar-controller/internal/version"
+
+// Version is the version stamped at build time, or "dev".
+func Version() string { return version }
