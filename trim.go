@@ -25,6 +25,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 
+	"github.com/barcontroller/bar-controller/internal/intern"
 	barv1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1"
 )
 
@@ -34,11 +35,18 @@ import (
 // docs/informer-internals.md). Whatever the controller does not read is
 // memory it holds for every object it watches, for as long as it runs.
 
+// interned holds the strings the transforms share across objects
+// (internal/intern says which and why). The managed-by label's value is in
+// it from the start: a label value goes in only if it is there already.
+// 4,096 bounds what an unbounded supply of distinct images, namespaces or
+// reasons can cost; past it strings are kept unshared.
+var interned = intern.NewTable(4096, managedByValue)
+
 // trimBar is the Bar informer's transform. It drops managedFields (the
 // controller never reads a Bar's, and they are often a third of an
 // object's size) and annotations (nothing reads them either, and a Bar
 // made by kubectl apply carries its whole last-applied configuration in
-// one), and shares the strings every Bar repeats (internObjectMeta). The
+// one), and shares the strings every Bar repeats (interned.ObjectMeta). The
 // labels stay: small, and what a reader of a Bar would look for first.
 func trimBar(obj interface{}) (interface{}, error) {
 	bar, ok := obj.(*barv1.Bar)
@@ -47,15 +55,15 @@ func trimBar(obj interface{}) (interface{}, error) {
 	}
 	bar.ManagedFields = nil
 	bar.Annotations = nil
-	bar.APIVersion, bar.Kind = intern(bar.APIVersion), intern(bar.Kind)
-	internObjectMeta(&bar.ObjectMeta)
+	bar.APIVersion, bar.Kind = interned.String(bar.APIVersion), interned.String(bar.Kind)
+	interned.ObjectMeta(&bar.ObjectMeta)
 	if bar.Spec.Deployment.Name == bar.Name {
 		bar.Spec.Deployment.Name = bar.Name
 	}
-	bar.Spec.Template.Image = intern(bar.Spec.Template.Image)
+	bar.Spec.Template.Image = interned.String(bar.Spec.Template.Image)
 	for i := range bar.Status.Conditions {
 		c := &bar.Status.Conditions[i]
-		c.Type, c.Status, c.Reason = intern(c.Type), metav1.ConditionStatus(intern(string(c.Status))), intern(c.Reason)
+		c.Type, c.Status, c.Reason = interned.String(c.Type), metav1.ConditionStatus(interned.String(string(c.Status))), interned.String(c.Reason)
 	}
 	return bar, nil
 }
@@ -70,7 +78,7 @@ func trimBar(obj interface{}) (interface{}, error) {
 // names, images and resources (requests and limits), the strategy, the
 // status conditions but a Progressing=False one, and every field the API
 // server defaulted; and it shares the strings every Deployment repeats
-// (intern.go). What deploymentDrift compares must be kept here
+// (internal/intern). What deploymentDrift compares must be kept here
 // too; TestTrimDeployment checks that drift and readiness do not change.
 func trimDeployment(obj interface{}) (interface{}, error) {
 	d, ok := obj.(*appsv1.Deployment)
@@ -79,7 +87,7 @@ func trimDeployment(obj interface{}) (interface{}, error) {
 	}
 	containers := make([]corev1.Container, len(d.Spec.Template.Spec.Containers))
 	for i, c := range d.Spec.Template.Spec.Containers {
-		containers[i] = corev1.Container{Name: intern(c.Name), Image: intern(c.Image), Resources: corev1.ResourceRequirements{Requests: c.Resources.Requests, Limits: c.Resources.Limits}}
+		containers[i] = corev1.Container{Name: interned.String(c.Name), Image: interned.String(c.Image), Resources: corev1.ResourceRequirements{Requests: c.Resources.Requests, Limits: c.Resources.Limits}}
 	}
 	var annotations map[string]string
 	if h, ok := d.Annotations[desiredHashAnnotation]; ok {
@@ -88,7 +96,7 @@ func trimDeployment(obj interface{}) (interface{}, error) {
 	var managedFields []metav1.ManagedFieldsEntry
 	for _, e := range d.ManagedFields {
 		if isOurWrite(e) {
-			managedFields = append(managedFields, internManagedFields(pruneOwnedFields(e)))
+			managedFields = append(managedFields, interned.ManagedFields(pruneOwnedFields(e)))
 		}
 	}
 	templateLabels := d.Spec.Template.Labels
@@ -130,18 +138,18 @@ func trimDeployment(obj interface{}) (interface{}, error) {
 		},
 		Status: status,
 	}
-	internObjectMeta(&t.ObjectMeta)
+	interned.ObjectMeta(&t.ObjectMeta)
 	owner := ""
 	if ref := metav1.GetControllerOfNoCopy(t); ref != nil {
 		owner = ref.Name
 	}
 	if s := t.Spec.Selector; s != nil {
-		internLabels(s.MatchLabels, t.Name, owner)
+		interned.Labels(s.MatchLabels, t.Name, owner)
 	}
-	internLabels(t.Spec.Template.Labels, t.Name, owner) // none left to do if the selector's
+	interned.Labels(t.Spec.Template.Labels, t.Name, owner) // none left to do if the selector's
 	for i := range t.Status.Conditions {
 		c := &t.Status.Conditions[i]
-		c.Type, c.Status, c.Reason = appsv1.DeploymentConditionType(intern(string(c.Type))), corev1.ConditionStatus(intern(string(c.Status))), intern(c.Reason)
+		c.Type, c.Status, c.Reason = appsv1.DeploymentConditionType(interned.String(string(c.Type))), corev1.ConditionStatus(interned.String(string(c.Status))), interned.String(c.Reason)
 	}
 	return t, nil
 }
@@ -238,7 +246,7 @@ func trimDeploymentMetadata(obj interface{}) (interface{}, error) {
 	if ref := metav1.GetControllerOfNoCopy(m); ref != nil {
 		t.OwnerReferences = []metav1.OwnerReference{*ref}
 	}
-	internObjectMeta(&t.ObjectMeta) // before the shared map below: it writes to the labels
+	interned.ObjectMeta(&t.ObjectMeta) // before the shared map below: it writes to the labels
 	if m.Labels[managedByLabel] == managedByValue {
 		// Whether the full cache's watch selects it (newestDeployment):
 		// one map shared by every such entry, never written.

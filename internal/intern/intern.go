@@ -14,7 +14,9 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package main
+// Package intern keeps one shared copy of strings that many cached objects
+// repeat, for the informers' transforms.
+package intern
 
 import (
 	"strings"
@@ -27,44 +29,39 @@ import (
 // namespace, each label key, the owner's API version and kind, the image,
 // the field manager's name. Across the caches the same few strings are
 // kept tens of thousands of times, 8 to 32 bytes each plus the allocator's
-// rounding. The transforms (trim.go) replace them with one shared copy.
+// rounding. The transforms (the root package's trim.go) replace them with
+// one shared copy from a Table.
 //
 // The table keeps what it shares for the life of the process, so only
 // strings of which there are few go in: namespaces, label keys, API
 // versions, kinds, images, managers, condition types and reasons. Names,
 // UIDs and resourceVersions are one per object and never do; a label
-// value is shared only if the table holds it already (managedByValue), or
-// with the object's own name when it is equal. The table stops growing at
-// internLimit strings, so that a cluster with an unbounded supply of any
-// of these pays at most that much: what does not fit is kept unshared, as
-// before.
+// value is shared only if the table holds it already (a seed, such as the
+// managed-by label's value), or with the object's own name when it is
+// equal. The table stops growing at its limit, so that a cluster with an
+// unbounded supply of any of these pays at most that much: what does not
+// fit is kept unshared, as before.
 
-const internLimit = 4096
-
-var interned = newInternTable(internLimit, managedByValue)
-
-func intern(s string) string         { return interned.intern(s) }
-func lookupInterned(s string) string { return interned.lookup(s) }
-
-// internTable is a set of shared strings, safe for concurrent use: the
-// three informers' transforms run on their own goroutines.
-type internTable struct {
+// Table is a set of shared strings, safe for concurrent use: the three
+// informers' transforms run on their own goroutines.
+type Table struct {
 	mu    sync.RWMutex
 	m     map[string]string
 	limit int
 }
 
-func newInternTable(limit int, seed ...string) *internTable {
-	t := &internTable{m: make(map[string]string, len(seed)), limit: limit}
+// NewTable returns a table that holds at most limit strings, seed among them.
+func NewTable(limit int, seed ...string) *Table {
+	t := &Table{m: make(map[string]string, len(seed)), limit: limit}
 	for _, s := range seed {
 		t.m[s] = s
 	}
 	return t
 }
 
-// intern returns the shared copy of s, adding s to the table if it is not
+// String returns the shared copy of s, adding s to the table if it is not
 // there yet and the table has room.
-func (t *internTable) intern(s string) string {
+func (t *Table) String(s string) string {
 	if s == "" {
 		return s
 	}
@@ -84,33 +81,33 @@ func (t *internTable) intern(s string) string {
 	return s
 }
 
-// lookup returns the shared copy of s if the table holds one, and s
+// Lookup returns the shared copy of s if the table holds one, and s
 // otherwise: for strings that may be one of a kind.
-func (t *internTable) lookup(s string) string {
+func (t *Table) Lookup(s string) string {
 	if v, ok := t.get(s); ok {
 		return v
 	}
 	return s
 }
 
-func (t *internTable) get(s string) (string, bool) {
+func (t *Table) get(s string) (string, bool) {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	v, ok := t.m[s]
 	return v, ok
 }
 
-// internObjectMeta shares the namespace, the label keys (and values equal
+// ObjectMeta shares the namespace, the label keys (and values equal
 // to the object's or its controller's name, or already in the table) and
 // the owner references' API versions and kinds (and names equal to the
 // object's) of m, in place. The maps and slices it writes must be m's own:
 // a transform owns the object it is handed until it returns it.
-func internObjectMeta(m *metav1.ObjectMeta) {
-	m.Namespace = intern(m.Namespace)
+func (t *Table) ObjectMeta(m *metav1.ObjectMeta) {
+	m.Namespace = t.String(m.Namespace)
 	owner := ""
 	for i := range m.OwnerReferences {
 		r := &m.OwnerReferences[i]
-		r.APIVersion, r.Kind = intern(r.APIVersion), intern(r.Kind)
+		r.APIVersion, r.Kind = t.String(r.APIVersion), t.String(r.Kind)
 		if r.Name == m.Name {
 			r.Name = m.Name
 		}
@@ -118,34 +115,34 @@ func internObjectMeta(m *metav1.ObjectMeta) {
 			owner = r.Name
 		}
 	}
-	internLabels(m.Labels, m.Name, owner)
+	t.Labels(m.Labels, m.Name, owner)
 }
 
-// internLabels shares the keys of labels, and the values equal to one of
+// Labels shares the keys of labels, and the values equal to one of
 // names or already in the table, in place. Assigning to a key that is
 // there already replaces the map's copy of the key too (the runtime does
 // so for string keys), so this allocates nothing.
-func internLabels(labels map[string]string, names ...string) {
+func (t *Table) Labels(labels map[string]string, names ...string) {
 	for k, v := range labels {
-		labels[intern(k)] = shareValue(v, names)
+		labels[t.String(k)] = t.shareValue(v, names)
 	}
 }
 
-func shareValue(v string, names []string) string {
+func (t *Table) shareValue(v string, names []string) string {
 	for _, n := range names {
 		if v == n {
 			return n
 		}
 	}
-	return lookupInterned(v)
+	return t.Lookup(v)
 }
 
-// internManagedFields shares the strings of a managedFields entry and
-// drops its timestamp, which nothing reads (appliedFields and isOurWrite
-// read the manager, operation, subresource and fields).
-func internManagedFields(e metav1.ManagedFieldsEntry) metav1.ManagedFieldsEntry {
-	e.Manager, e.APIVersion, e.FieldsType = intern(e.Manager), intern(e.APIVersion), intern(e.FieldsType)
-	e.Operation = metav1.ManagedFieldsOperationType(intern(string(e.Operation)))
+// ManagedFields shares the strings of a managedFields entry and
+// drops its timestamp, which nothing reads (the controller's appliedFields
+// and isOurWrite read the manager, operation, subresource and fields).
+func (t *Table) ManagedFields(e metav1.ManagedFieldsEntry) metav1.ManagedFieldsEntry {
+	e.Manager, e.APIVersion, e.FieldsType = t.String(e.Manager), t.String(e.APIVersion), t.String(e.FieldsType)
+	e.Operation = metav1.ManagedFieldsOperationType(t.String(string(e.Operation)))
 	e.Time = nil
 	return e
 }

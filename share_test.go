@@ -18,7 +18,6 @@ package main
 
 import (
 	"encoding/json"
-	"fmt"
 	"reflect"
 	"testing"
 	"unsafe"
@@ -153,31 +152,4 @@ func labelKey(m map[string]string, key string) string {
 		}
 	}
 	return ""
-}
-
-// TestInternTableLimit: past its limit the table shares what it holds and
-// hands back the rest as they are, so that an endless supply of distinct
-// strings costs at most the limit.
-func TestInternTableLimit(t *testing.T) {
-	table := newInternTable(3, "seed")
-	for i := range 10 {
-		table.intern(fmt.Sprint("s", i))
-	}
-	if len(table.m) != 3 {
-		t.Errorf("%d strings held, want the limit of 3", len(table.m))
-	}
-	s0 := table.intern(fmt.Sprint("s", 0))
-	if again := table.intern(fmt.Sprint("s", 0)); unsafe.StringData(again) != unsafe.StringData(s0) {
-		t.Error("a string in the table is not shared")
-	}
-	s9 := fmt.Sprint("s", 9)
-	if got := table.intern(s9); unsafe.StringData(got) != unsafe.StringData(s9) {
-		t.Error("a string past the limit was not handed back as it was")
-	}
-	if got := table.lookup(fmt.Sprint("s", 1)); got != "s1" || unsafe.StringData(got) != unsafe.StringData(table.m["s1"]) {
-		t.Error("lookup does not find what the table holds")
-	}
-	if table.intern("") != "" {
-		t.Error("the empty string changed")
-	}
 }
