@@ -38,7 +38,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
-	"github.com/barcontroller/bar-controller/internal/testcluster"
+	"github.com/barcontroller/bar-controller/harness/localcluster"
 )
 
 const chart = "bar-controller"
@@ -48,13 +48,13 @@ const chart = "bar-controller"
 func tools(t *testing.T) (helm, kubectl string) {
 	t.Helper()
 	helm = os.Getenv("HELM")
-	if helm == "" || os.Getenv(testcluster.BinDirEnv) == "" {
+	if helm == "" || os.Getenv(localcluster.BinDirEnv) == "" {
 		if os.Getenv("BAR_REQUIRE_HELM") != "" {
-			t.Fatalf("$HELM and $%s must name helm and the Kubernetes binaries' directory (make test-chart)", testcluster.BinDirEnv)
+			t.Fatalf("$HELM and $%s must name helm and the Kubernetes binaries' directory (make test-chart)", localcluster.BinDirEnv)
 		}
-		t.Skipf("needs $HELM and $%s: run make test-chart", testcluster.BinDirEnv)
+		t.Skipf("needs $HELM and $%s: run make test-chart", localcluster.BinDirEnv)
 	}
-	return helm, filepath.Join(os.Getenv(testcluster.BinDirEnv), "kubectl")
+	return helm, filepath.Join(os.Getenv(localcluster.BinDirEnv), "kubectl")
 }
 
 func run(t *testing.T, name string, args ...string) ([]byte, error) {

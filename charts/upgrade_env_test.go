@@ -31,7 +31,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/barcontroller/bar-controller/internal/testcluster"
+	"github.com/barcontroller/bar-controller/harness/localcluster"
 )
 
 // egressProxy stands in for kube-proxy between kube-apiserver and the
@@ -223,14 +223,14 @@ func (h helmCLI) output(t *testing.T, args ...string) string {
 // chart's Deployment runs it (leader election, the conversion webhook, the
 // release's ServiceAccount and namespace), but on loopback ports.
 type controller struct {
-	*testcluster.Process
+	*localcluster.Process
 	metricsURL, healthURL string
 }
 
 // startController runs binary as name. Cleanup stops it with SIGTERM.
 func startController(t *testing.T, binary, name, kubeconfig, namespace, webhookAddr string) *controller {
 	t.Helper()
-	addrs, err := testcluster.FreeAddrs(2)
+	addrs, err := localcluster.FreeAddrs(2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,7 +241,7 @@ func startController(t *testing.T, binary, name, kubeconfig, namespace, webhookA
 		"--conversion-webhook-bind-address=" + webhookAddr}
 	env := []string{"POD_NAME=" + name, "POD_NAMESPACE=" + namespace,
 		"GORACE=" + strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0")}
-	proc, err := testcluster.StartProcess(name, binary, filepath.Join(t.TempDir(), name+".log"), env, args...)
+	proc, err := localcluster.StartProcess(name, binary, filepath.Join(t.TempDir(), name+".log"), env, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -269,7 +269,7 @@ var httpClient = &http.Client{Timeout: 5 * time.Second}
 // Secret and the CRD's caBundle trusts it.
 func (c *controller) waitReady(t *testing.T) {
 	t.Helper()
-	testcluster.Eventually(t, c.Name+" to be ready", func(context.Context) (bool, error) {
+	localcluster.Eventually(t, c.Name+" to be ready", func(context.Context) (bool, error) {
 		select {
 		case <-c.Exited():
 			return false, fmt.Errorf("controller %s exited: %v%s", c.Name, c.State(), c.LogTail(40))
@@ -289,8 +289,8 @@ func (c *controller) waitReady(t *testing.T) {
 // so every write of those syncs is done by then.
 func (c *controller) waitIdle(t *testing.T, n int) {
 	t.Helper()
-	testcluster.Eventually(t, fmt.Sprintf("%s to sync %d Bars and go idle", c.Name, n), func(context.Context) (bool, error) {
-		m, err := testcluster.Scrape(httpClient, c.metricsURL, "")
+	localcluster.Eventually(t, fmt.Sprintf("%s to sync %d Bars and go idle", c.Name, n), func(context.Context) (bool, error) {
+		m, err := localcluster.Scrape(httpClient, c.metricsURL, "")
 		if err != nil {
 			return false, nil
 		}

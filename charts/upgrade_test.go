@@ -40,7 +40,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
-	"github.com/barcontroller/bar-controller/internal/testcluster"
+	"github.com/barcontroller/bar-controller/harness/localcluster"
 	barv1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1"
 	barv1alpha1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1alpha1"
 	clientset "github.com/barcontroller/bar-controller/pkg/generated/clientset/versioned"
@@ -82,15 +82,15 @@ const (
 // (upgrade_env_test.go).
 func TestHelmUpgradeKeepsBarsAndDeployments(t *testing.T) {
 	helmBin := requireHelm(t)
-	testcluster.SkipWithoutBinaries(t)
+	localcluster.SkipWithoutBinaries(t)
 	requireControlPlane(t)
 	ctx := t.Context()
 	prev := chartAt(t, previousChart)
-	binary, err := testcluster.BuildController(t.TempDir())
+	binary, err := localcluster.BuildController(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	addrs, err := testcluster.FreeAddrs(1)
+	addrs, err := localcluster.FreeAddrs(1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,11 +226,11 @@ func requireHelm(t *testing.T) string {
 func requireControlPlane(t *testing.T) {
 	t.Helper()
 	for _, name := range []string{"etcd", "kube-apiserver"} {
-		if _, err := os.Stat(filepath.Join(os.Getenv(testcluster.BinDirEnv), name)); err != nil {
-			if os.Getenv(testcluster.RequireEnv) != "" {
+		if _, err := os.Stat(filepath.Join(os.Getenv(localcluster.BinDirEnv), name)); err != nil {
+			if os.Getenv(localcluster.RequireEnv) != "" {
 				t.Fatal(err)
 			}
-			t.Skipf("needs %s in $%s: hack/install-k8s-binaries.sh builds it", name, testcluster.BinDirEnv)
+			t.Skipf("needs %s in $%s: hack/install-k8s-binaries.sh builds it", name, localcluster.BinDirEnv)
 		}
 	}
 }
@@ -238,7 +238,7 @@ func requireControlPlane(t *testing.T) {
 // chartAt extracts charts/bar-controller as commit has it.
 func chartAt(t *testing.T, commit string) string {
 	t.Helper()
-	root, err := testcluster.ModuleRoot()
+	root, err := localcluster.ModuleRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,13 +265,13 @@ func chartAt(t *testing.T, commit string) string {
 }
 
 // startCluster starts etcd and kube-apiserver, with flags, for this test.
-func startCluster(t *testing.T, flags ...string) *testcluster.Cluster {
+func startCluster(t *testing.T, flags ...string) *localcluster.Cluster {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "bar-chart-upgrade-")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cluster, err := testcluster.Start(t.Context(), testcluster.Options{Dir: dir, APIServerFlags: flags})
+	cluster, err := localcluster.Start(t.Context(), localcluster.Options{Dir: dir, APIServerFlags: flags})
 	t.Cleanup(func() {
 		if cluster != nil {
 			cluster.Stop()
@@ -322,7 +322,7 @@ func checkCRDKept(t *testing.T, ext apiextensionsclient.Interface, uid types.UID
 
 func waitEstablished(t *testing.T, ext apiextensionsclient.Interface) {
 	t.Helper()
-	testcluster.Eventually(t, "the CRD to be established", func(ctx context.Context) (bool, error) {
+	localcluster.Eventually(t, "the CRD to be established", func(ctx context.Context) (bool, error) {
 		crd, err := ext.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, crdName, metav1.GetOptions{})
 		if err != nil {
 			return false, err
@@ -349,7 +349,7 @@ func webhookSecret(t *testing.T, kube kubernetes.Interface) map[string][]byte {
 
 // serviceAccountKubeconfig writes a kubeconfig for the chart's
 // ServiceAccount, with a TokenRequest token as a Pod's projected one.
-func serviceAccountKubeconfig(t *testing.T, kube kubernetes.Interface, cluster *testcluster.Cluster) string {
+func serviceAccountKubeconfig(t *testing.T, kube kubernetes.Interface, cluster *localcluster.Cluster) string {
 	t.Helper()
 	tr, err := kube.CoreV1().ServiceAccounts(releaseName).CreateToken(t.Context(), "bar-controller",
 		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}},
@@ -368,7 +368,7 @@ func serviceAccountKubeconfig(t *testing.T, kube kubernetes.Interface, cluster *
 // its Deployment exists under its control and the status says so.
 func waitConverged(t *testing.T, kube kubernetes.Interface, bars clientset.Interface) {
 	t.Helper()
-	testcluster.Eventually(t, "every Bar to converge", func(ctx context.Context) (bool, error) {
+	localcluster.Eventually(t, "every Bar to converge", func(ctx context.Context) (bool, error) {
 		list, err := bars.BarcontrollerV1().Bars(appsNS).List(ctx, metav1.ListOptions{})
 		if err != nil || len(list.Items) != v1Bars+alphaBars {
 			return false, err

@@ -2,7 +2,7 @@
 # Installs what a real node needs besides the kubelet (which
 # hack/install-k8s-binaries.sh builds from source): Debian's containerd, runc
 # and the CNI plugins (bridge, host-local, loopback). The node tests
-# (internal/testnode, test/node) call it; it does nothing when everything is
+# (harness/realnode, test/node) call it; it does nothing when everything is
 # present, and needs root and apt-get otherwise.
 #
 # Usage: hack/install-node-deps.sh     (prints nothing on stdout)

@@ -25,7 +25,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/barcontroller/bar-controller/internal/testcluster"
+	"github.com/barcontroller/bar-controller/harness/localcluster"
 )
 
 // controllerRun is bar-controller running as a separate process, as it
@@ -35,7 +35,7 @@ type controllerRun struct {
 	binary, logDir, readyz string
 	args                   []string
 
-	proc *testcluster.Process // nil while stopped
+	proc *localcluster.Process // nil while stopped
 	runs int
 }
 
@@ -45,7 +45,7 @@ func (c *controllerRun) start(ctx context.Context) error {
 	if c.runs > 1 {
 		name = fmt.Sprintf("bar-controller.%d.log", c.runs)
 	}
-	p, err := testcluster.StartProcess("bar-controller", c.binary, filepath.Join(c.logDir, name), nil, c.args...)
+	p, err := localcluster.StartProcess("bar-controller", c.binary, filepath.Join(c.logDir, name), nil, c.args...)
 	if err != nil {
 		return err
 	}
@@ -103,7 +103,7 @@ func readEnters() <-chan struct{} {
 
 // waitControllerReady waits for url to answer 200, so that a controller
 // that cannot start says so here rather than as a Bar that never converges.
-func waitControllerReady(ctx context.Context, p *testcluster.Process, url string) error {
+func waitControllerReady(ctx context.Context, p *localcluster.Process, url string) error {
 	client := &http.Client{Timeout: 2 * time.Second}
 	return p.WaitReady(ctx, time.Minute, func(ctx context.Context) error {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)

@@ -15,7 +15,7 @@ limitations under the License.
 */
 
 // Command local-up is "make run": it starts a local control plane with
-// simulated nodes (internal/testcluster), runs the bar-controller binary
+// simulated nodes (harness/localcluster), runs the bar-controller binary
 // against it out of cluster, applies the example Bar, shows it converge, and
 // keeps everything running until Ctrl-C or SIGTERM.
 package main
@@ -37,13 +37,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/barcontroller/bar-controller/harness/localcluster"
 	"github.com/barcontroller/bar-controller/internal/conversion"
-	"github.com/barcontroller/bar-controller/internal/testcluster"
 	clientset "github.com/barcontroller/bar-controller/pkg/generated/clientset/versioned"
 )
 
 func main() {
-	binDir := flag.String("bin-dir", os.Getenv(testcluster.BinDirEnv), "Directory with etcd, kube-apiserver, ..., kubectl and kwok (the output of hack/install-k8s-binaries.sh).")
+	binDir := flag.String("bin-dir", os.Getenv(localcluster.BinDirEnv), "Directory with etcd, kube-apiserver, ..., kubectl and kwok (the output of hack/install-k8s-binaries.sh).")
 	controller := flag.String("controller", "bin/bar-controller", "The bar-controller binary to run.")
 	dir := flag.String("dir", "_output/local", "Directory for data, certificates, kubeconfig and logs; wiped at start.")
 	nodes := flag.Int("nodes", 1, "Number of simulated nodes.")
@@ -101,13 +101,13 @@ func run(ctx context.Context, binDir, controllerBin string, controllerArgs []str
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	stages, err := testcluster.KwokStages(".")
+	stages, err := localcluster.KwokStages(".")
 	if err != nil {
 		return err
 	}
 
 	fmt.Printf("==> Starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok from %s\n    data and logs: %s\n", binDir, dir)
-	cluster, err := testcluster.Start(ctx, testcluster.Options{
+	cluster, err := localcluster.Start(ctx, localcluster.Options{
 		BinDir: binDir, Dir: dir, ControllerManager: true, Scheduler: true, KwokStages: stages,
 		// Installed before kube-controller-manager starts, so its garbage
 		// collector knows Bars from the beginning.
@@ -131,7 +131,7 @@ func run(ctx context.Context, binDir, controllerBin string, controllerArgs []str
 	// exposed; loopback ports picked here are neither. Metrics are plain
 	// HTTP here, so that curl needs no token (the exercises scrape them);
 	// ARGS=--metrics-secure=true turns the in-cluster default back on.
-	addrs, err := testcluster.FreeAddrs(3)
+	addrs, err := localcluster.FreeAddrs(3)
 	if err != nil {
 		return err
 	}
@@ -261,7 +261,7 @@ func observe(ctx context.Context, kube kubernetes.Interface, bars clientset.Inte
 	return sig, strings.Join(sums, ", "), converged, nil
 }
 
-func show(ctx context.Context, c *testcluster.Cluster) {
+func show(ctx context.Context, c *localcluster.Cluster) {
 	out, err := c.Kubectl(ctx, "get", "bars,deployments,pods", "-o", "wide")
 	if err != nil {
 		if ctx.Err() == nil {

@@ -34,7 +34,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/barcontroller/bar-controller/internal/testcluster"
+	"github.com/barcontroller/bar-controller/harness/localcluster"
 )
 
 // TestChartPackage packages the repository's chart from two copies that
@@ -43,7 +43,7 @@ import (
 // helm would and checks what a release's chart must say. With $HELM, helm
 // itself lints the archive and renders it.
 func TestChartPackage(t *testing.T) {
-	root, err := testcluster.ModuleRoot()
+	root, err := localcluster.ModuleRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +112,7 @@ func TestChartPackage(t *testing.T) {
 // TestChartPackageRefuses: what the packaging cannot do faithfully, it
 // refuses rather than ship something else.
 func TestChartPackageRefuses(t *testing.T) {
-	root, err := testcluster.ModuleRoot()
+	root, err := localcluster.ModuleRoot()
 	if err != nil {
 		t.Fatal(err)
 	}

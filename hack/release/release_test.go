@@ -32,7 +32,7 @@ import (
 	spdxjson "github.com/spdx/tools-golang/json"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
-	"github.com/barcontroller/bar-controller/internal/testcluster"
+	"github.com/barcontroller/bar-controller/harness/localcluster"
 )
 
 // TestReleaseIsReproducible runs the whole release twice from the same
@@ -47,8 +47,8 @@ import (
 // Kubernetes binaries' directory; without it the test is skipped, as the
 // real-cluster tests are.
 func TestReleaseIsReproducible(t *testing.T) {
-	testcluster.SkipWithoutBinaries(t)
-	root, err := testcluster.ModuleRoot()
+	localcluster.SkipWithoutBinaries(t)
+	root, err := localcluster.ModuleRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +62,7 @@ func TestReleaseIsReproducible(t *testing.T) {
 		root:      root,
 		commit:    strings.TrimSpace(string(head)),
 		version:   "v0.0.0-test.1",
-		kubectl:   filepath.Join(os.Getenv(testcluster.BinDirEnv), "kubectl"),
+		kubectl:   filepath.Join(os.Getenv(localcluster.BinDirEnv), "kubectl"),
 		platforms: []string{"linux/amd64", "linux/arm64"},
 	}
 	var results []*result

@@ -36,12 +36,12 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/barcontroller/bar-controller/internal/testcluster"
-	"github.com/barcontroller/bar-controller/internal/traces"
+	"github.com/barcontroller/bar-controller/harness/localcluster"
+	"github.com/barcontroller/bar-controller/harness/traces"
 )
 
 func main() {
-	binDir := flag.String("bin-dir", os.Getenv(testcluster.BinDirEnv), "Directory with etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl and kwok (the output of hack/install-k8s-binaries.sh).")
+	binDir := flag.String("bin-dir", os.Getenv(localcluster.BinDirEnv), "Directory with etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl and kwok (the output of hack/install-k8s-binaries.sh).")
 	controller := flag.String("controller", "bin/bar-controller", "The bar-controller binary to run.")
 	dir := flag.String("dir", "_output/traces", "Directory for the control plane's data and the logs; wiped at start, kept after.")
 	check := flag.Bool("check", false, "Compare only: print how the document's captures differ from the fresh ones and exit 1 if they do.")
@@ -58,7 +58,7 @@ func main() {
 func run(ctx context.Context, binDir, controller, dir string, check bool) error {
 	start := time.Now()
 	if binDir == "" {
-		return fmt.Errorf("no --bin-dir and no $%s: make traces passes the output of hack/install-k8s-binaries.sh", testcluster.BinDirEnv)
+		return fmt.Errorf("no --bin-dir and no $%s: make traces passes the output of hack/install-k8s-binaries.sh", localcluster.BinDirEnv)
 	}
 	// Every document read before the control plane: a missing one or
 	// broken markers fail at once, not after the run.

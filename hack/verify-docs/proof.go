@@ -22,7 +22,7 @@ import (
 // a directory starting with "." or "_", or another go.mod), and the
 // test skips itself nowhere in its body (t.Skip, Skipf, SkipNow, in
 // subtests too). A helper that skips, such as
-// testcluster.SkipWithoutBinaries, is allowed: make test sets
+// localcluster.SkipWithoutBinaries, is allowed: make test sets
 // BAR_REQUIRE_INTEGRATION, under which it fails instead.
 func checkProof(g *goFile, ct citation, in, root, file string) string {
 	if !strings.HasSuffix(ct.Path, "_test.go") {

@@ -28,7 +28,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/barcontroller/bar-controller/internal/testcluster"
+	"github.com/barcontroller/bar-controller/harness/localcluster"
 	clientset "github.com/barcontroller/bar-controller/pkg/generated/clientset/versioned"
 )
 
@@ -74,12 +74,12 @@ func (s scenario) apf(ctx context.Context, n int) (r apfResult, err error) {
 		return r, err
 	}
 	defer os.RemoveAll(dir)
-	root, err := testcluster.ModuleRoot()
+	root, err := localcluster.ModuleRoot()
 	if err != nil {
 		return r, err
 	}
-	c, err := testcluster.Start(ctx, testcluster.Options{BinDir: s.binDir, Dir: dir, CRDs: []string{s.crdDir},
-		APIServerFlags: testcluster.StarvedAPIServerFlags})
+	c, err := localcluster.Start(ctx, localcluster.Options{BinDir: s.binDir, Dir: dir, CRDs: []string{s.crdDir},
+		APIServerFlags: localcluster.StarvedAPIServerFlags})
 	if err != nil {
 		return r, err
 	}
@@ -108,7 +108,7 @@ func (s scenario) apf(ctx context.Context, n int) (r apfResult, err error) {
 	return r, nil
 }
 
-func (s scenario) apfRun(ctx context.Context, c *testcluster.Cluster, w writers, kubeconfig string, v apfVariant, ns string, n int) (apfRun, error) {
+func (s scenario) apfRun(ctx context.Context, c *localcluster.Cluster, w writers, kubeconfig string, v apfVariant, ns string, n int) (apfRun, error) {
 	var run apfRun
 	if err := createNamespace(ctx, w.kube, ns); err != nil {
 		return run, err
@@ -137,7 +137,7 @@ func (s scenario) apfRun(ctx context.Context, c *testcluster.Cluster, w writers,
 	// finish before counting, so that both variants are counted whole.
 	time.Sleep(5 * time.Second)
 	client := loopbackClient()
-	m, err := testcluster.Scrape(client, "https://"+metricsAddr+"/metrics", c.Config.BearerToken)
+	m, err := localcluster.Scrape(client, "https://"+metricsAddr+"/metrics", c.Config.BearerToken)
 	if err != nil {
 		return run, err
 	}

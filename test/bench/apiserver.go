@@ -22,7 +22,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/barcontroller/bar-controller/internal/testcluster"
+	"github.com/barcontroller/bar-controller/harness/localcluster"
 )
 
 // requests is the API server's own count of requests it served, by
@@ -30,8 +30,8 @@ import (
 // client did, counted where no client can under-report it.
 type requests map[string]float64
 
-func scrapeRequests(c *testcluster.Cluster) (requests, error) {
-	m, err := testcluster.Scrape(loopbackClient(), c.Server+"/metrics", c.Config.BearerToken)
+func scrapeRequests(c *localcluster.Cluster) (requests, error) {
+	m, err := localcluster.Scrape(loopbackClient(), c.Server+"/metrics", c.Config.BearerToken)
 	if err != nil {
 		return nil, err
 	}

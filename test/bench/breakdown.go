@@ -34,7 +34,7 @@ import (
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 
-	"github.com/barcontroller/bar-controller/internal/testcluster"
+	"github.com/barcontroller/bar-controller/harness/localcluster"
 	barv1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1"
 	barac "github.com/barcontroller/bar-controller/pkg/generated/applyconfiguration/barcontroller/v1"
 	clientset "github.com/barcontroller/bar-controller/pkg/generated/clientset/versioned"
@@ -181,7 +181,7 @@ func breakdown(ctx context.Context, s scenario, n, rounds int) (string, error) {
 		return "", err
 	}
 	defer os.RemoveAll(dir)
-	c, err := testcluster.Start(ctx, testcluster.Options{BinDir: s.binDir, Dir: dir, CRDs: []string{s.crdDir}})
+	c, err := localcluster.Start(ctx, localcluster.Options{BinDir: s.binDir, Dir: dir, CRDs: []string{s.crdDir}})
 	if err != nil {
 		return "", err
 	}

@@ -27,7 +27,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/barcontroller/bar-controller/internal/testcluster"
+	"github.com/barcontroller/bar-controller/harness/localcluster"
 )
 
 // controllerRun is run i of the controller, in a namespace of its own:
@@ -35,7 +35,7 @@ import (
 // Events are written. The last run is followed by the idle check; then
 // the Bars and Deployments go, so that the next floor starts from what
 // this one did.
-func (s scenario) controllerRun(ctx context.Context, c *testcluster.Cluster, w writers, kubeconfig string, r *result, i int) error {
+func (s scenario) controllerRun(ctx context.Context, c *localcluster.Cluster, w writers, kubeconfig string, r *result, i int) error {
 	ns, n := fmt.Sprintf("bench-%d", i), r.N
 	last := i == s.rounds-1
 	if err := createNamespace(ctx, w.kube, ns); err != nil {
@@ -182,7 +182,7 @@ func (s scenario) controllerRun(ctx context.Context, c *testcluster.Cluster, w w
 // idle: a controller with a short resync period over converged Bars
 // must write nothing, neither when it starts (its relist) nor when its
 // resyncs re-check every Bar.
-func (s scenario) idle(c *testcluster.Cluster, kubeconfig string, r *result) error {
+func (s scenario) idle(c *localcluster.Cluster, kubeconfig string, r *result) error {
 	beforeRestart, err := scrapeRequests(c)
 	if err != nil {
 		return err
@@ -220,7 +220,7 @@ func waitQueueEmpty(ctx context.Context, metricsAddr, token string) (time.Durati
 	start, quiet := time.Now(), 0
 	queue := map[string]string{"name": "bars"}
 	err := wait.PollUntilContextTimeout(ctx, time.Second, 10*time.Minute, true, func(context.Context) (bool, error) {
-		m, err := testcluster.Scrape(client, "https://"+metricsAddr+"/metrics", token)
+		m, err := localcluster.Scrape(client, "https://"+metricsAddr+"/metrics", token)
 		if err != nil {
 			return false, err
 		}

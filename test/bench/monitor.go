@@ -27,7 +27,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/barcontroller/bar-controller/internal/testcluster"
+	"github.com/barcontroller/bar-controller/harness/localcluster"
 )
 
 // monitor samples the control plane while a row runs, so that when the
@@ -42,7 +42,7 @@ type monitor struct {
 	done  chan struct{}
 }
 
-func startMonitor(c *testcluster.Cluster, path string) (*monitor, error) {
+func startMonitor(c *localcluster.Cluster, path string) (*monitor, error) {
 	f, err := os.Create(path)
 	if err != nil {
 		return nil, err
@@ -83,7 +83,7 @@ func (m *monitor) close() {
 	<-m.done
 }
 
-func readyzLatency(client *http.Client, c *testcluster.Cluster) string {
+func readyzLatency(client *http.Client, c *localcluster.Cluster) string {
 	req, err := http.NewRequest(http.MethodGet, c.Server+"/readyz", nil)
 	if err != nil {
 		return err.Error()
@@ -101,7 +101,7 @@ func readyzLatency(client *http.Client, c *testcluster.Cluster) string {
 
 // processSample is a process's resident memory now (VmRSS) and its CPU
 // time so far.
-func processSample(c *testcluster.Cluster, name string) []string {
+func processSample(c *localcluster.Cluster, name string) []string {
 	pid, err := c.Pid(name)
 	if err != nil {
 		return []string{"?", "?"}
@@ -119,8 +119,8 @@ func processSample(c *testcluster.Cluster, name string) []string {
 
 // etcdSize reads etcd's own gauges from its client URL (plain HTTP, no
 // authentication in the test cluster).
-func etcdSize(client *http.Client, c *testcluster.Cluster) []string {
-	m, err := testcluster.Scrape(client, c.EtcdURL+"/metrics", "")
+func etcdSize(client *http.Client, c *localcluster.Cluster) []string {
+	m, err := localcluster.Scrape(client, c.EtcdURL+"/metrics", "")
 	if err != nil {
 		return []string{"?", "?"}
 	}
@@ -138,7 +138,7 @@ func etcdSize(client *http.Client, c *testcluster.Cluster) []string {
 
 // keepLogs copies the control plane's logs into dir before the row's
 // temporary directory goes.
-func keepLogs(c *testcluster.Cluster, dir string) error {
+func keepLogs(c *localcluster.Cluster, dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}

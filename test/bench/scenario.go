@@ -32,7 +32,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/barcontroller/bar-controller/internal/testcluster"
+	"github.com/barcontroller/bar-controller/harness/localcluster"
 	clientset "github.com/barcontroller/bar-controller/pkg/generated/clientset/versioned"
 )
 
@@ -122,11 +122,11 @@ func (s scenario) run(ctx context.Context, n, unrelated int) (r result, err erro
 		return r, err
 	}
 	defer os.RemoveAll(dir)
-	root, err := testcluster.ModuleRoot()
+	root, err := localcluster.ModuleRoot()
 	if err != nil {
 		return r, err
 	}
-	c, err := testcluster.Start(ctx, testcluster.Options{BinDir: s.binDir, Dir: dir, CRDs: []string{s.crdDir}})
+	c, err := localcluster.Start(ctx, localcluster.Options{BinDir: s.binDir, Dir: dir, CRDs: []string{s.crdDir}})
 	if err != nil {
 		return r, err
 	}
@@ -201,7 +201,7 @@ func createNamespace(ctx context.Context, kube kubernetes.Interface, name string
 
 // floor runs the floor in a namespace of its own, then removes what it
 // made, and returns its time and the API server's CPU over it.
-func (s scenario) floor(ctx context.Context, c *testcluster.Cluster, w writers, ns string, n int, retries *int, self *time.Duration, profile string) (time.Duration, time.Duration, error) {
+func (s scenario) floor(ctx context.Context, c *localcluster.Cluster, w writers, ns string, n int, retries *int, self *time.Duration, profile string) (time.Duration, time.Duration, error) {
 	if err := createNamespace(ctx, w.kube, ns); err != nil {
 		return 0, 0, err
 	}
@@ -257,14 +257,14 @@ func (s scenario) floor(ctx context.Context, c *testcluster.Cluster, w writers, 
 
 // startController starts bar-controller with kubeconfig, waits for /readyz and
 // returns the address of its metrics endpoint.
-func (s scenario) startController(kubeconfig, name string, extra ...string) (*testcluster.Process, string, error) {
-	addrs, err := testcluster.FreeAddrs(2)
+func (s scenario) startController(kubeconfig, name string, extra ...string) (*localcluster.Process, string, error) {
+	addrs, err := localcluster.FreeAddrs(2)
 	if err != nil {
 		return nil, "", err
 	}
 	args := append([]string{"--kubeconfig=" + kubeconfig, "--metrics-bind-address=" + addrs[0], "--health-probe-bind-address=" + addrs[1]}, extra...)
 	args = append(args, s.extraArgs...)
-	p, err := testcluster.StartProcess(name, s.controller, filepath.Join(s.logDir, name+".log"), nil, args...)
+	p, err := localcluster.StartProcess(name, s.controller, filepath.Join(s.logDir, name+".log"), nil, args...)
 	if err != nil {
 		return nil, "", err
 	}
@@ -288,7 +288,7 @@ func (s scenario) startController(kubeconfig, name string, extra ...string) (*te
 }
 
 // serverCPU is the CPU time kube-apiserver and etcd have used so far.
-func serverCPU(c *testcluster.Cluster) (time.Duration, error) {
+func serverCPU(c *localcluster.Cluster) (time.Duration, error) {
 	var total time.Duration
 	for _, name := range []string{"kube-apiserver", "etcd"} {
 		pid, err := c.Pid(name)

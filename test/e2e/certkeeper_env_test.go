@@ -39,7 +39,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/cert"
 
-	"github.com/barcontroller/bar-controller/internal/testcluster"
+	"github.com/barcontroller/bar-controller/harness/localcluster"
 	clientset "github.com/barcontroller/bar-controller/pkg/generated/clientset/versioned"
 )
 
@@ -65,12 +65,12 @@ var keeperFlags = []string{"--conversion-webhook-cert-sync-period=1s", "--conver
 // left in the shared one.
 func startCertEnv(t *testing.T) *opsEnv {
 	t.Helper()
-	testcluster.SkipWithoutBinaries(t)
+	localcluster.SkipWithoutBinaries(t)
 	dir, err := os.MkdirTemp("", "bar-certs-")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cluster, err := testcluster.Start(t.Context(), testcluster.Options{Dir: dir})
+	cluster, err := localcluster.Start(t.Context(), localcluster.Options{Dir: dir})
 	t.Cleanup(func() {
 		if cluster != nil {
 			cluster.Stop()
@@ -168,7 +168,7 @@ type keeperReplica struct {
 func startKeeperReplica(t *testing.T, name, kubeconfig, addr string, names []string, args ...string) keeperReplica {
 	t.Helper()
 	if addr == "" {
-		addrs, err := testcluster.FreeAddrs(1)
+		addrs, err := localcluster.FreeAddrs(1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -224,7 +224,7 @@ func settled(ctx context.Context, env *opsEnv, secretNS string, replicas []keepe
 }
 
 // waitSettled waits for the replicas to settle and returns how long that
-// took from start. The minute is the issue's bound (testcluster.Eventually's
+// took from start. The minute is the issue's bound (localcluster.Eventually's
 // too). Joining replicas settle in two grace periods (10 s: next promoted,
 // the old CA retired) and a few passes by construction; measured 12.3-14.6 s
 // for TestCertKeeperReplicasWithDifferentNames and 13.4-16.3 s for
@@ -272,7 +272,7 @@ func (r keeperReplica) readyzBody() (int, string) {
 	return resp.StatusCode, strings.TrimSpace(string(body))
 }
 
-// pollMinute is testcluster.Eventually's poll, returning its error.
+// pollMinute is localcluster.Eventually's poll, returning its error.
 func pollMinute(ctx context.Context, cond func(ctx context.Context) (bool, error)) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()

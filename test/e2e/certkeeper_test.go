@@ -29,7 +29,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/barcontroller/bar-controller/internal/testcluster"
+	"github.com/barcontroller/bar-controller/harness/localcluster"
 )
 
 // quietChecks is how many passes every replica's keeper makes in the
@@ -56,7 +56,7 @@ func TestCertKeeperReplicasWithDifferentNames(t *testing.T) {
 	if _, err := env.kube.CoreV1().Namespaces().Create(t.Context(), ns, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	addrs, err := testcluster.FreeAddrs(1)
+	addrs, err := localcluster.FreeAddrs(1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,8 +33,8 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
+	"github.com/barcontroller/bar-controller/harness/localcluster"
 	"github.com/barcontroller/bar-controller/internal/metrics"
-	"github.com/barcontroller/bar-controller/internal/testcluster"
 )
 
 // Production operations, against a real API server with bar-controller
@@ -289,7 +289,7 @@ func TestOpsReadinessAndMetrics(t *testing.T) {
 	// later. Read them once they show it: an ordering, where reading at
 	// once raced the controller (hack/flake-hunt.sh caught it, 1 run in 3
 	// on a loaded machine).
-	var m testcluster.Metrics
+	var m localcluster.Metrics
 	eventually(t, "the converging sync to be counted", func(context.Context) (bool, error) {
 		m = c.scrape(t)
 		n, _ := m.Value("bar_controller_syncs_total", success)

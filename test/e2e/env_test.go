@@ -35,7 +35,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
-	"github.com/barcontroller/bar-controller/internal/testcluster"
+	"github.com/barcontroller/bar-controller/harness/localcluster"
 	barv1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1"
 	clientset "github.com/barcontroller/bar-controller/pkg/generated/clientset/versioned"
 )
@@ -64,19 +64,19 @@ var (
 
 func TestMain(m *testing.M) {
 	code := func() int {
-		if os.Getenv(testcluster.BinDirEnv) != "" {
+		if os.Getenv(localcluster.BinDirEnv) != "" {
 			dir, err := os.MkdirTemp("", "bar-e2e-bin-")
 			if err != nil {
 				fmt.Fprintln(os.Stderr, err)
 				return 1
 			}
 			defer os.RemoveAll(dir)
-			if controllerBinary, err = testcluster.BuildController(dir); err != nil {
+			if controllerBinary, err = localcluster.BuildController(dir); err != nil {
 				fmt.Fprintln(os.Stderr, err)
 				return 1
 			}
 		}
-		root, err := testcluster.ModuleRoot()
+		root, err := localcluster.ModuleRoot()
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
@@ -90,7 +90,7 @@ func TestMain(m *testing.M) {
 }
 
 type opsEnv struct {
-	cluster *testcluster.Cluster
+	cluster *localcluster.Cluster
 	kube    kubernetes.Interface
 	bars    clientset.Interface
 	dir     string
@@ -106,7 +106,7 @@ var (
 // fresh namespace.
 func setupOps(t *testing.T) (*opsEnv, string) {
 	t.Helper()
-	testcluster.SkipWithoutBinaries(t)
+	localcluster.SkipWithoutBinaries(t)
 	opsOnce.Do(func() { opsShared, opsErr = startOpsEnv() })
 	if opsErr != nil {
 		t.Fatalf("starting the ops control plane: %v", opsErr)
@@ -125,7 +125,7 @@ func startOpsEnv() (*opsEnv, error) {
 		return nil, err
 	}
 	// No CRDs here: installing them is part of what install() tests.
-	cluster, err := testcluster.Start(context.Background(), testcluster.Options{Dir: dir})
+	cluster, err := localcluster.Start(context.Background(), localcluster.Options{Dir: dir})
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err
@@ -248,14 +248,14 @@ func waitOpsConverged(t *testing.T, env *opsEnv, ns, name string) {
 func waitEvent(t *testing.T, env *opsEnv, bar *barv1.Bar, reason string, count int32) {
 	t.Helper()
 	eventually(t, fmt.Sprintf("%d %s event(s)", count, reason), func(ctx context.Context) (bool, error) {
-		n, err := testcluster.EventCount(ctx, env.kube, bar.Namespace, "Bar", bar.Name, reason)
+		n, err := localcluster.EventCount(ctx, env.kube, bar.Namespace, "Bar", bar.Name, reason)
 		return n >= count, err
 	})
 }
 
-// eventually polls cond until it holds; its minute (testcluster.Eventually)
+// eventually polls cond until it holds; its minute (localcluster.Eventually)
 // bounds a hang, and is no claim about speed.
 func eventually(t *testing.T, what string, cond func(ctx context.Context) (bool, error)) {
 	t.Helper()
-	testcluster.Eventually(t, what, cond)
+	localcluster.Eventually(t, what, cond)
 }

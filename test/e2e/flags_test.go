@@ -24,13 +24,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/barcontroller/bar-controller/internal/testcluster"
+	"github.com/barcontroller/bar-controller/harness/localcluster"
 )
 
 // TestProfilingNeedsSecureMetrics: the binary refuses to serve Go's
 // profiles over plain HTTP to anyone, before it contacts any API server.
 func TestProfilingNeedsSecureMetrics(t *testing.T) {
-	testcluster.SkipWithoutBinaries(t)
+	localcluster.SkipWithoutBinaries(t)
 	// 10 s bounds a hang: the flags are checked before anything else.
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()

@@ -26,7 +26,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/barcontroller/bar-controller/internal/testcluster"
+	"github.com/barcontroller/bar-controller/harness/localcluster"
 )
 
 // TestMakeRunServesConversion runs what make run runs (hack/local-up with
@@ -36,8 +36,8 @@ import (
 // controller's webhook on its loopback port, trusting its certificate,
 // out of cluster. Then SIGTERM stops everything cleanly.
 func TestMakeRunServesConversion(t *testing.T) {
-	testcluster.SkipWithoutBinaries(t)
-	root, err := testcluster.ModuleRoot()
+	localcluster.SkipWithoutBinaries(t)
+	root, err := localcluster.ModuleRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +61,7 @@ func TestMakeRunServesConversion(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer stdinW.Close()
-	cmd := exec.Command(localUp, "--bin-dir="+os.Getenv(testcluster.BinDirEnv), "--controller="+controllerBinary,
+	cmd := exec.Command(localUp, "--bin-dir="+os.Getenv(localcluster.BinDirEnv), "--controller="+controllerBinary,
 		"--dir="+filepath.Join(t.TempDir(), "local"))
 	cmd.Dir, cmd.Stdin, cmd.Stdout, cmd.Stderr = root, stdinR, out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -109,7 +109,7 @@ func TestMakeRunServesConversion(t *testing.T) {
 	if m == nil {
 		t.Fatal("make run printed no KUBECONFIG for the learner")
 	}
-	kubectl := filepath.Join(os.Getenv(testcluster.BinDirEnv), "kubectl")
+	kubectl := filepath.Join(os.Getenv(localcluster.BinDirEnv), "kubectl")
 	get := exec.Command(kubectl, "get", "bars.v1alpha1.barcontroller.dev", "example",
 		"-o", "jsonpath={.apiVersion} {.spec.deploymentName} {.spec.image}")
 	get.Env = append(os.Environ(), "KUBECONFIG="+m[1])

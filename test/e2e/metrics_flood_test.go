@@ -28,10 +28,10 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/barcontroller/bar-controller/harness/localcluster"
 	"github.com/barcontroller/bar-controller/internal/apiauth"
 	"github.com/barcontroller/bar-controller/internal/metrics"
 	"github.com/barcontroller/bar-controller/internal/serving"
-	"github.com/barcontroller/bar-controller/internal/testcluster"
 )
 
 // TestMetricsAuthFloodByAcceptedIdentity: any Pod's token is accepted by
@@ -75,7 +75,7 @@ func TestMetricsAuthFloodByAcceptedIdentity(t *testing.T) {
 	var readers []string
 	var nobody string
 	for i := range scrapers {
-		reader, other := testcluster.MetricsScrapers(t, env.kube, ns, fmt.Sprintf("flood%d", i))
+		reader, other := localcluster.MetricsScrapers(t, env.kube, ns, fmt.Sprintf("flood%d", i))
 		readers, nobody = append(readers, reader), other
 	}
 
@@ -116,7 +116,7 @@ func TestMetricsAuthFloodByAcceptedIdentity(t *testing.T) {
 	// are 15 times the returning lane's old burst. 60 s is a hang bound.
 	eventually(t, "the flood to send 300 requests", func(context.Context) (bool, error) { return sent.Load() >= 300, nil })
 	for i, reader := range readers {
-		code, err := testcluster.StatusOf(t.Context(), insecure, base+"/metrics", reader)
+		code, err := localcluster.StatusOf(t.Context(), insecure, base+"/metrics", reader)
 		if err != nil || code != http.StatusOK {
 			t.Errorf("scraper %d's first scrape during the flood: %d, %v; want 200", i, code, err)
 		}
@@ -144,7 +144,7 @@ func TestMetricsAuthFloodByAcceptedIdentity(t *testing.T) {
 	// What the flood cost the API server: access reviews for paths under
 	// /debug/pprof/ only, within the flooder's own bucket (the rest
 	// refused before any review), and no token review after its first.
-	m, err := testcluster.Scrape(insecure, base+"/metrics", readers[0])
+	m, err := localcluster.Scrape(insecure, base+"/metrics", readers[0])
 	if err != nil {
 		t.Fatal(err)
 	}

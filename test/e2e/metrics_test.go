@@ -22,7 +22,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/barcontroller/bar-controller/internal/testcluster"
+	"github.com/barcontroller/bar-controller/harness/localcluster"
 )
 
 // TestOpsSecureMetrics runs the controller under the installed
@@ -43,7 +43,7 @@ func TestOpsSecureMetrics(t *testing.T) {
 	waitOpsConverged(t, env, ns, bar.Name)
 
 	// Two scrapers: one bound to the shipped reader role, one not.
-	prometheus, nobody := testcluster.MetricsScrapers(t, env.kube, ns, "e2e")
+	prometheus, nobody := localcluster.MetricsScrapers(t, env.kube, ns, "e2e")
 
 	// The certificate is self-signed: the scraper trusts the endpoint by
 	// the API server's answer about its token, not by the certificate.
@@ -54,7 +54,7 @@ func TestOpsSecureMetrics(t *testing.T) {
 	heap := "https://" + c.metricsAddr + "/debug/pprof/heap"
 	statusAt := func(url, token string) int {
 		t.Helper()
-		code, err := testcluster.StatusOf(ctx, insecure, url, token)
+		code, err := localcluster.StatusOf(ctx, insecure, url, token)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -70,7 +70,7 @@ func TestOpsSecureMetrics(t *testing.T) {
 	if code := status(nobody); code != http.StatusForbidden {
 		t.Errorf("a ServiceAccount without the reader role: %d, want 403", code)
 	}
-	m, err := testcluster.Scrape(insecure, url, prometheus)
+	m, err := localcluster.Scrape(insecure, url, prometheus)
 	if err != nil {
 		t.Fatalf("the reader role's ServiceAccount: %v", err)
 	}

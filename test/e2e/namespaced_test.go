@@ -31,7 +31,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/barcontroller/bar-controller/internal/testcluster"
+	"github.com/barcontroller/bar-controller/harness/localcluster"
 )
 
 // namespacedNS is the namespace artifacts/namespaced installs into and
@@ -132,7 +132,7 @@ func TestOpsNamespacedInstall(t *testing.T) {
 	insecure := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
 		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, // self-signed
 	}}
-	if code, err := testcluster.StatusOf(ctx, insecure, "https://"+c.metricsAddr+"/metrics", env.cluster.Config.BearerToken); err != nil || code != http.StatusOK {
+	if code, err := localcluster.StatusOf(ctx, insecure, "https://"+c.metricsAddr+"/metrics", env.cluster.Config.BearerToken); err != nil || code != http.StatusOK {
 		t.Errorf("the admin scraping the namespaced controller: %d, %v; want 200", code, err)
 	}
 

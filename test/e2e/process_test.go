@@ -28,12 +28,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/barcontroller/bar-controller/internal/testcluster"
+	"github.com/barcontroller/bar-controller/harness/localcluster"
 )
 
 // controllerProcess is one bar-controller process.
 type controllerProcess struct {
-	*testcluster.Process
+	*localcluster.Process
 	metricsAddr string // host:port
 	metricsURL  string // http://.../metrics
 	healthURL   string // base of /healthz and /readyz
@@ -51,7 +51,7 @@ func startController(t *testing.T, name, kubeconfig string, args ...string) *con
 // upgrade test runs the previous release's binary too.
 func startBinary(t *testing.T, binary, name, kubeconfig string, args ...string) *controllerProcess {
 	t.Helper()
-	addrs, err := testcluster.FreeAddrs(2)
+	addrs, err := localcluster.FreeAddrs(2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +63,7 @@ func startBinary(t *testing.T, binary, name, kubeconfig string, args ...string) 
 		// Under -race the runtime sleeps 1 s before exiting, which would
 		// show up in the shutdown times the tests measure.
 		"GORACE=" + strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0")}
-	proc, err := testcluster.StartProcess(name, binary, filepath.Join(t.TempDir(), name+".log"), env, args...)
+	proc, err := localcluster.StartProcess(name, binary, filepath.Join(t.TempDir(), name+".log"), env, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,9 +141,9 @@ func (p *controllerProcess) waitProbe(t *testing.T, path string, want int) {
 var httpClient = &http.Client{Timeout: 5 * time.Second}
 
 // scrape reads the controller's plain-HTTP /metrics.
-func (p *controllerProcess) scrape(t *testing.T) testcluster.Metrics {
+func (p *controllerProcess) scrape(t *testing.T) localcluster.Metrics {
 	t.Helper()
-	m, err := testcluster.Scrape(httpClient, p.metricsURL, "")
+	m, err := localcluster.Scrape(httpClient, p.metricsURL, "")
 	if err != nil {
 		t.Fatal(err)
 	}

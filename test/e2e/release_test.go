@@ -24,7 +24,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/barcontroller/bar-controller/internal/testcluster"
+	"github.com/barcontroller/bar-controller/harness/localcluster"
 )
 
 // previousRelease is the last commit whose controller and CRD speak only
@@ -47,7 +47,7 @@ type release struct {
 // clone fails here, loudly, rather than skipping the upgrade.
 func buildRelease(t *testing.T, commit string) release {
 	t.Helper()
-	root, err := testcluster.ModuleRoot()
+	root, err := localcluster.ModuleRoot()
 	if err != nil {
 		t.Fatal(err)
 	}

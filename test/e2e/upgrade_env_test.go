@@ -35,7 +35,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
-	"github.com/barcontroller/bar-controller/internal/testcluster"
+	"github.com/barcontroller/bar-controller/harness/localcluster"
 	barv1alpha1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1alpha1"
 	clientset "github.com/barcontroller/bar-controller/pkg/generated/clientset/versioned"
 )
@@ -47,11 +47,11 @@ import (
 // the Pods. The audit log is the witness of what the upgrade wrote.
 func startUpgradeEnv(t *testing.T) *opsEnv {
 	t.Helper()
-	root, err := testcluster.ModuleRoot()
+	root, err := localcluster.ModuleRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	stages, err := testcluster.KwokStages(root)
+	stages, err := localcluster.KwokStages(root)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +59,7 @@ func startUpgradeEnv(t *testing.T) *opsEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cluster, err := testcluster.Start(t.Context(), testcluster.Options{Dir: dir,
+	cluster, err := localcluster.Start(t.Context(), localcluster.Options{Dir: dir,
 		ControllerManager: true, Scheduler: true, KwokStages: stages, AuditLog: true})
 	t.Cleanup(func() {
 		if cluster != nil {
@@ -279,9 +279,9 @@ func (w workload) diff(after workload) []string {
 
 // writesSince returns the writes to the given resources in ns that the API
 // server received at or after since, by anyone, from the audit log.
-func writesSince(t *testing.T, env *opsEnv, ns string, since time.Time, resources ...string) []testcluster.AuditEvent {
+func writesSince(t *testing.T, env *opsEnv, ns string, since time.Time, resources ...string) []localcluster.AuditEvent {
 	t.Helper()
-	writes, err := env.cluster.AuditedWrites(func(e testcluster.AuditEvent) bool {
+	writes, err := env.cluster.AuditedWrites(func(e localcluster.AuditEvent) bool {
 		return e.ObjectRef != nil && e.ObjectRef.Namespace == ns && slices.Contains(resources, e.ObjectRef.Resource) &&
 			!e.Received.Before(since)
 	})
@@ -292,7 +292,7 @@ func writesSince(t *testing.T, env *opsEnv, ns string, since time.Time, resource
 }
 
 // describe is a short list of audit events, for failure messages.
-func describe(events []testcluster.AuditEvent) string {
+func describe(events []localcluster.AuditEvent) string {
 	var b strings.Builder
 	for i, e := range events {
 		if i == 10 {

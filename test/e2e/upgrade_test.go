@@ -35,7 +35,7 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
-	"github.com/barcontroller/bar-controller/internal/testcluster"
+	"github.com/barcontroller/bar-controller/harness/localcluster"
 	barv1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1"
 )
 
@@ -54,7 +54,7 @@ var workloadResources = []string{"deployments", "replicasets", "pods"}
 // runbook says, migrates storage, and rolls the controller back, with the
 // API server's audit log as the witness that no workload noticed.
 func TestUpgradeFromV1alpha1Release(t *testing.T) {
-	testcluster.SkipWithoutBinaries(t)
+	localcluster.SkipWithoutBinaries(t)
 	old := buildRelease(t, previousRelease)
 	env := startUpgradeEnv(t)
 	ctx := t.Context()
@@ -156,9 +156,9 @@ func checkStored(t *testing.T, env *opsEnv, want map[string]int) {
 }
 
 // controllerWrites keeps the writes of the controller's ServiceAccount.
-func controllerWrites(events []testcluster.AuditEvent) []testcluster.AuditEvent {
+func controllerWrites(events []localcluster.AuditEvent) []localcluster.AuditEvent {
 	sa := "system:serviceaccount:" + installNamespace + ":" + installSA
-	var out []testcluster.AuditEvent
+	var out []localcluster.AuditEvent
 	for _, e := range events {
 		if e.User.Username == sa {
 			out = append(out, e)
@@ -313,7 +313,7 @@ func migrateStorage(t *testing.T, env *opsEnv) {
 func rollBack(t *testing.T, env *opsEnv, old release, kubeconfig string, election []string, newCtl *controllerProcess, ns string) {
 	t.Helper()
 	ctx := t.Context()
-	addrs, err := testcluster.FreeAddrs(1)
+	addrs, err := localcluster.FreeAddrs(1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -341,7 +341,7 @@ func rollBack(t *testing.T, env *opsEnv, old release, kubeconfig string, electio
 	if len(w) != 1 || w[0].String() != "patch deployments "+ns+"/web-001 200" {
 		t.Errorf("the rolled-back controller wrote %d times while adopting, want one apply of web-001:%s", len(w), describe(w))
 	}
-	var replaced []testcluster.AuditEvent
+	var replaced []localcluster.AuditEvent
 	for _, e := range writesSince(t, env, ns, rolledBack, "replicasets", "pods") {
 		if e.Verb == "create" || e.Verb == "delete" {
 			replaced = append(replaced, e)

@@ -37,7 +37,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
-	"github.com/barcontroller/bar-controller/internal/testcluster"
+	"github.com/barcontroller/bar-controller/harness/localcluster"
 )
 
 // The flood's shape. Any Pod can reach the webhook's Service where no
@@ -385,7 +385,7 @@ func plainControllerBinary(t *testing.T) string {
 		if plainBuildErr != nil {
 			return
 		}
-		plainBinary, plainBuildErr = testcluster.BuildControllerWithoutRace(plainDir)
+		plainBinary, plainBuildErr = localcluster.BuildControllerWithoutRace(plainDir)
 	})
 	if plainBuildErr != nil {
 		t.Fatal(plainBuildErr)

@@ -27,7 +27,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 
-	"github.com/barcontroller/bar-controller/internal/testcluster"
+	"github.com/barcontroller/bar-controller/harness/localcluster"
 	clientset "github.com/barcontroller/bar-controller/pkg/generated/clientset/versioned"
 )
 
@@ -40,7 +40,7 @@ import (
 // points the CRD back at the Service, as the manifests have it.
 func localWebhook(t *testing.T, env *opsEnv, secretNS string) []string {
 	t.Helper()
-	addrs, err := testcluster.FreeAddrs(1)
+	addrs, err := localcluster.FreeAddrs(1)
 	if err != nil {
 		t.Fatal(err)
 	}

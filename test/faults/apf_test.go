@@ -26,7 +26,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
-	"github.com/barcontroller/bar-controller/internal/testcluster"
+	"github.com/barcontroller/bar-controller/harness/localcluster"
 )
 
 // API Priority and Fairness is the only limit on the controller's requests
@@ -48,21 +48,21 @@ const (
 func TestPriorityAndFairnessRejects(t *testing.T) {
 	slow(t)
 	// Only the controller feels the few seats; the test's admin is exempt.
-	e := newEnvWith(t, apfBars, testcluster.Options{CRDs: []string{crdDir}, APIServerFlags: testcluster.StarvedAPIServerFlags})
+	e := newEnvWith(t, apfBars, localcluster.Options{CRDs: []string{crdDir}, APIServerFlags: localcluster.StarvedAPIServerFlags})
 	e.starve(t)
 	kubeconfig := e.installedIdentity(t)
-	apiMetrics := func() testcluster.Metrics {
+	apiMetrics := func() localcluster.Metrics {
 		client, err := rest.HTTPClientFor(e.cluster.Config)
 		if err != nil {
 			t.Fatal(err)
 		}
-		m, err := testcluster.Scrape(client, e.cluster.Server+"/metrics", "")
+		m, err := localcluster.Scrape(client, e.cluster.Server+"/metrics", "")
 		if err != nil {
 			t.Fatal(err)
 		}
 		return m
 	}
-	rejected := func(m testcluster.Metrics) float64 {
+	rejected := func(m localcluster.Metrics) float64 {
 		v, _ := m.Value("apiserver_flowcontrol_rejected_requests_total", map[string]string{"priority_level": starvedLevel})
 		return v
 	}
@@ -98,7 +98,7 @@ func TestPriorityAndFairnessRejects(t *testing.T) {
 }
 
 // starve puts the installed ServiceAccount alone in a one-seat priority
-// level (testcluster.StarveController).
+// level (localcluster.StarveController).
 func (e *env) starve(t *testing.T) {
 	t.Helper()
 	if err := e.cluster.StarveController(t.Context(), starvedLevel); err != nil {

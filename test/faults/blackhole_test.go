@@ -25,7 +25,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/barcontroller/bar-controller/internal/testcluster"
+	"github.com/barcontroller/bar-controller/harness/localcluster"
 )
 
 // SIGTERM while the API server's address accepts connections and never
@@ -34,7 +34,7 @@ import (
 // every few seconds what is wrong (waitForCaches); that question must not
 // hold the shutdown for its TLS handshake timeout (10 s).
 func TestSIGTERMWhileAPIServerBlackholed(t *testing.T) {
-	testcluster.SkipWithoutBinaries(t)
+	localcluster.SkipWithoutBinaries(t)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -71,11 +71,11 @@ current-context: blackhole
 `), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	addrs, err := testcluster.FreeAddrs(2)
+	addrs, err := localcluster.FreeAddrs(2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := testcluster.StartProcess("controller", controllerBinary, filepath.Join(dir, "controller.log"), nil,
+	p, err := localcluster.StartProcess("controller", controllerBinary, filepath.Join(dir, "controller.log"), nil,
 		"--kubeconfig="+kubeconfig, "--metrics-bind-address="+addrs[0], "--health-probe-bind-address="+addrs[1], insecureMetrics)
 	if err != nil {
 		t.Fatal(err)

@@ -27,7 +27,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
-	"github.com/barcontroller/bar-controller/internal/testcluster"
+	"github.com/barcontroller/bar-controller/harness/localcluster"
 	barv1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1"
 )
 
@@ -145,7 +145,7 @@ func (c *controller) waitDrained(t *testing.T, since time.Time) time.Duration {
 	return emptySince.Sub(since)
 }
 
-func queueAdds(m testcluster.Metrics) float64 {
+func queueAdds(m localcluster.Metrics) float64 {
 	v, _ := m.Value("workqueue_adds_total", map[string]string{"name": "bars"})
 	return v
 }

@@ -41,7 +41,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
-	"github.com/barcontroller/bar-controller/internal/testcluster"
+	"github.com/barcontroller/bar-controller/harness/localcluster"
 	barv1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1"
 	clientset "github.com/barcontroller/bar-controller/pkg/generated/clientset/versioned"
 )
@@ -56,20 +56,20 @@ var (
 
 func TestMain(m *testing.M) {
 	code := func() int {
-		root, err := testcluster.ModuleRoot()
+		root, err := localcluster.ModuleRoot()
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
 		crdDir = filepath.Join(root, "artifacts", "crd")
-		if os.Getenv(testcluster.BinDirEnv) != "" {
+		if os.Getenv(localcluster.BinDirEnv) != "" {
 			dir, err := os.MkdirTemp("", "bar-faults-bin-")
 			if err != nil {
 				fmt.Fprintln(os.Stderr, err)
 				return 1
 			}
 			defer os.RemoveAll(dir)
-			if controllerBinary, err = testcluster.BuildController(dir); err != nil {
+			if controllerBinary, err = localcluster.BuildController(dir); err != nil {
 				fmt.Fprintln(os.Stderr, err)
 				return 1
 			}
@@ -101,7 +101,7 @@ func record(t *testing.T, fault string, took time.Duration) {
 // the point), a namespace with Bars, and foreign Deployments, one of
 // which a Bar wants.
 type env struct {
-	cluster *testcluster.Cluster
+	cluster *localcluster.Cluster
 	kube    kubernetes.Interface
 	bars    clientset.Interface
 	dir     string
@@ -117,18 +117,18 @@ const foreignCount = 5
 
 func newEnv(t *testing.T, n int) *env {
 	t.Helper()
-	return newEnvWith(t, n, testcluster.Options{CRDs: []string{crdDir}})
+	return newEnvWith(t, n, localcluster.Options{CRDs: []string{crdDir}})
 }
 
 // newEnvWith starts the control plane with opts (Dir is set here): some
 // faults need the Bar CRD left out (installCRDs adds it later), or the API
 // server's own flags.
-func newEnvWith(t *testing.T, n int, opts testcluster.Options) *env {
+func newEnvWith(t *testing.T, n int, opts localcluster.Options) *env {
 	t.Helper()
-	testcluster.SkipWithoutBinaries(t)
+	localcluster.SkipWithoutBinaries(t)
 	dir := t.TempDir()
 	opts.Dir = dir
-	c, err := testcluster.Start(t.Context(), opts)
+	c, err := localcluster.Start(t.Context(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +167,7 @@ func createNamespaceWithForeign(ctx context.Context, t *testing.T, kube kubernet
 	return foreign
 }
 
-// installCRDs installs the Bar CRD as testcluster.Start would have.
+// installCRDs installs the Bar CRD as localcluster.Start would have.
 func (e *env) installCRDs(t *testing.T) {
 	t.Helper()
 	if _, err := e.cluster.Kubectl(t.Context(), "apply", "--server-side", "-f", crdDir); err != nil {
@@ -180,7 +180,7 @@ func (e *env) installCRDs(t *testing.T) {
 
 // controller is one bar-controller process and where it serves.
 type controller struct {
-	*testcluster.Process
+	*localcluster.Process
 	metricsURL string // plain HTTP only with insecureMetrics
 	readyzURL  string
 }
@@ -193,7 +193,7 @@ const insecureMetrics = "--metrics-secure=false"
 // the admin, plus flags (later ones win, so they may override those).
 func (e *env) startController(t *testing.T, name string, flags ...string) *controller {
 	t.Helper()
-	addrs, err := testcluster.FreeAddrs(2)
+	addrs, err := localcluster.FreeAddrs(2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,7 +201,7 @@ func (e *env) startController(t *testing.T, name string, flags ...string) *contr
 		"--metrics-bind-address=" + addrs[0], "--health-probe-bind-address=" + addrs[1]}, flags...)
 	// With -race (make test), the race runtime sleeps 1 s before it exits
 	// by default: the cases time exits, so the sleep is turned off.
-	p, err := testcluster.StartProcess(name, controllerBinary, filepath.Join(e.dir, name+".log"),
+	p, err := localcluster.StartProcess(name, controllerBinary, filepath.Join(e.dir, name+".log"),
 		[]string{"GORACE=atexit_sleep_ms=0"}, args...)
 	if err != nil {
 		t.Fatal(err)

@@ -28,12 +28,12 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 
-	"github.com/barcontroller/bar-controller/internal/testcluster"
+	"github.com/barcontroller/bar-controller/harness/localcluster"
 )
 
 // What a flood can take from the syncs, read from the API server's audit
 // log rather than from the wall clock. What the controller's identity
-// costs the API server while it syncs is there: its writes (testcluster's
+// costs the API server while it syncs is there: its writes (localcluster's
 // policy logs every write, at ResponseComplete, with
 // requestReceivedTimestamp and stageTimestamp), its Lease renewals, and
 // the metrics endpoint's TokenReviews and SubjectAccessReviews, which are
@@ -81,17 +81,17 @@ type runAudit struct {
 // before the run's first request, stopAt when the controller was told to
 // stop (its Lease release, which follows, is no renewal), to after it
 // exited.
-func auditRun(t *testing.T, c *testcluster.Cluster, ns string, from, stopAt, to time.Time) runAudit {
+func auditRun(t *testing.T, c *localcluster.Cluster, ns string, from, stopAt, to time.Time) runAudit {
 	t.Helper()
-	events, err := c.AuditedWrites(func(ev testcluster.AuditEvent) bool {
-		return ev.User.Username == testcluster.ControllerUser && ev.ObjectRef != nil &&
+	events, err := c.AuditedWrites(func(ev localcluster.AuditEvent) bool {
+		return ev.User.Username == localcluster.ControllerUser && ev.ObjectRef != nil &&
 			!ev.Received.Before(from) && !ev.Received.After(to)
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	a := runAudit{reviewAgents: map[string]int{}, writes: map[string]int{}}
-	var reviews, turnedAway []testcluster.AuditEvent
+	var reviews, turnedAway []localcluster.AuditEvent
 	var renewedAt []time.Time
 	for _, ev := range events {
 		code := 0
@@ -172,7 +172,7 @@ func (e *env) levelSeats(t *testing.T, level string) float64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := testcluster.Scrape(client, e.cluster.Server+"/metrics", "")
+	m, err := localcluster.Scrape(client, e.cluster.Server+"/metrics", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,11 +191,11 @@ func (e *env) levelSeats(t *testing.T, level string) float64 {
 // controller's exit took at most 4.2 s without a flood (5.6 s with one,
 // its stop included); if the minute runs out, the counts compared
 // afterwards say what is missing.
-func waitEventsWritten(t *testing.T, c *testcluster.Cluster, ns string, want int) {
+func waitEventsWritten(t *testing.T, c *localcluster.Cluster, ns string, want int) {
 	t.Helper()
 	_ = wait.PollUntilContextTimeout(t.Context(), 250*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		events, err := c.AuditedWrites(func(ev testcluster.AuditEvent) bool {
-			return ev.User.Username == testcluster.ControllerUser && ev.ObjectRef != nil && ev.ObjectRef.Namespace == ns &&
+		events, err := c.AuditedWrites(func(ev localcluster.AuditEvent) bool {
+			return ev.User.Username == localcluster.ControllerUser && ev.ObjectRef != nil && ev.ObjectRef.Namespace == ns &&
 				ev.ObjectRef.Resource == "events" && ev.ResponseStatus != nil && ev.ResponseStatus.Code < 300
 		})
 		return err == nil && len(events) >= want, nil

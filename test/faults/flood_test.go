@@ -30,7 +30,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/barcontroller/bar-controller/internal/testcluster"
+	"github.com/barcontroller/bar-controller/harness/localcluster"
 )
 
 // A hostile peer that reaches the metrics port floods it with bogus bearer
@@ -75,7 +75,7 @@ const (
 
 func TestMetricsAuthFlood(t *testing.T) {
 	slow(t)
-	e := newEnvWith(t, floodBars, testcluster.Options{CRDs: []string{crdDir}, AuditLog: true})
+	e := newEnvWith(t, floodBars, localcluster.Options{CRDs: []string{crdDir}, AuditLog: true})
 	floodRuns(t, e, defaultLevel, "a flood of bogus tokens on the metrics endpoint, 1,000 Bars")
 }
 
@@ -85,8 +85,8 @@ func TestMetricsAuthFlood(t *testing.T) {
 // takes that seat from a sync or a Lease renewal.
 func TestMetricsAuthFloodStarved(t *testing.T) {
 	slow(t)
-	e := newEnvWith(t, starvedFloodBars, testcluster.Options{CRDs: []string{crdDir}, AuditLog: true,
-		APIServerFlags: testcluster.StarvedAPIServerFlags})
+	e := newEnvWith(t, starvedFloodBars, localcluster.Options{CRDs: []string{crdDir}, AuditLog: true,
+		APIServerFlags: localcluster.StarvedAPIServerFlags})
 	e.starve(t)
 	floodRuns(t, e, starvedLevel, "a flood of bogus tokens on the metrics endpoint, one APF seat, 300 Bars")
 }
@@ -101,7 +101,7 @@ func floodRuns(t *testing.T, e *env, level, fault string) {
 	t.Helper()
 	seats := e.levelSeats(t, level)
 	kubeconfig := e.installedIdentity(t)
-	prometheus, _ := testcluster.MetricsScrapers(t, e.kube, e.ns, "flood")
+	prometheus, _ := localcluster.MetricsScrapers(t, e.kube, e.ns, "flood")
 
 	// Each run: a fresh namespace, a fresh controller for it under the
 	// shipped ServiceAccount with the shipped flags (leader election,
@@ -228,7 +228,7 @@ func (e *env) floodRun(t *testing.T, kubeconfig, reader, name string, flood bool
 	// have; then once a second throughout.
 	from := time.Now()
 	scraper := floodClient(nil)
-	if code, err := testcluster.StatusOf(t.Context(), scraper, metricsURL, reader); err != nil || code != http.StatusOK {
+	if code, err := localcluster.StatusOf(t.Context(), scraper, metricsURL, reader); err != nil || code != http.StatusOK {
 		t.Fatalf("%s: the metrics reader's first scrape: %d, %v", name, code, err)
 	}
 	ctx, stop := context.WithCancel(t.Context())
@@ -242,7 +242,7 @@ func (e *env) floodRun(t *testing.T, kubeconfig, reader, name string, flood bool
 				return
 			case <-tick.C:
 			}
-			code, err := testcluster.StatusOf(ctx, scraper, metricsURL, reader)
+			code, err := localcluster.StatusOf(ctx, scraper, metricsURL, reader)
 			if ctx.Err() != nil {
 				return
 			}
@@ -351,7 +351,7 @@ func startFlood(ctx context.Context, url string) *flooder {
 				wg.Go(func() {
 					defer func() { <-busy }()
 					f.sent.Add(1)
-					code, err := testcluster.StatusOf(ctx, client, url, bogusToken())
+					code, err := localcluster.StatusOf(ctx, client, url, bogusToken())
 					if err != nil && ctx.Err() != nil {
 						return // cut short by the stop
 					}

@@ -33,8 +33,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/barcontroller/bar-controller/harness/localcluster"
 	"github.com/barcontroller/bar-controller/internal/leader"
-	"github.com/barcontroller/bar-controller/internal/testcluster"
 )
 
 // slowWrite is how long the slow webhook holds each write of the leader,
@@ -56,7 +56,7 @@ const slowWrite = 3 * time.Second
 // cancelled it.
 func TestNoWritesAfterLeaseLost(t *testing.T) {
 	const bars = 300
-	e := newEnvWith(t, bars, testcluster.Options{CRDs: []string{crdDir}, AuditLog: true})
+	e := newEnvWith(t, bars, localcluster.Options{CRDs: []string{crdDir}, AuditLog: true})
 	kubeconfigA := e.serviceAccountKubeconfig(t, "replica-a")
 	kubeconfigB := e.serviceAccountKubeconfig(t, "replica-b")
 
@@ -126,7 +126,7 @@ func TestNoWritesAfterLeaseLost(t *testing.T) {
 
 	// The audit log, by user agent: main.go names the replica (POD_NAME)
 	// in it, for the Lease client too.
-	writes, err := e.cluster.AuditedWrites(func(ev testcluster.AuditEvent) bool {
+	writes, err := e.cluster.AuditedWrites(func(ev localcluster.AuditEvent) bool {
 		return ev.ResponseStatus != nil && ev.ResponseStatus.Code < 300 && strings.HasPrefix(ev.UserAgent, "bar-controller/")
 	})
 	if err != nil {
@@ -206,13 +206,13 @@ func (e *env) serviceAccountKubeconfig(t *testing.T, name string) string {
 // replica's name in its Lease identity and its user agent.
 func (e *env) startReplica(t *testing.T, name string, flags ...string) *controller {
 	t.Helper()
-	addrs, err := testcluster.FreeAddrs(2)
+	addrs, err := localcluster.FreeAddrs(2)
 	if err != nil {
 		t.Fatal(err)
 	}
 	args := append([]string{"--kubeconfig=" + e.cluster.Kubeconfig,
 		"--metrics-bind-address=" + addrs[0], "--health-probe-bind-address=" + addrs[1]}, flags...)
-	p, err := testcluster.StartProcess(name, controllerBinary, filepath.Join(e.dir, name+".log"), []string{"POD_NAME=" + name}, args...)
+	p, err := localcluster.StartProcess(name, controllerBinary, filepath.Join(e.dir, name+".log"), []string{"POD_NAME=" + name}, args...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,7 +26,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/barcontroller/bar-controller/internal/testcluster"
+	"github.com/barcontroller/bar-controller/harness/localcluster"
 )
 
 // What the cases read off the controller: its metrics, its log, its probe.
@@ -45,9 +45,9 @@ func slow(t *testing.T) {
 }
 
 // metrics scrapes the controller's /metrics (started with insecureMetrics).
-func (c *controller) metrics(t *testing.T) testcluster.Metrics {
+func (c *controller) metrics(t *testing.T) localcluster.Metrics {
 	t.Helper()
-	m, err := testcluster.Scrape(http.DefaultClient, c.metricsURL, "")
+	m, err := localcluster.Scrape(http.DefaultClient, c.metricsURL, "")
 	if err != nil {
 		t.Fatalf("scraping %s: %v", c.Name, err)
 	}
@@ -58,7 +58,7 @@ func (c *controller) metrics(t *testing.T) testcluster.Metrics {
 // controller's REST clients sent, by client-go's own count
 // (rest_client_requests_total), answered or not: every attempt costs the
 // API server.
-func requests(m testcluster.Metrics, methods ...string) float64 {
+func requests(m localcluster.Metrics, methods ...string) float64 {
 	var total float64
 	for _, method := range methods {
 		v, _ := m.Value("rest_client_requests_total", map[string]string{"method": method})
@@ -69,12 +69,12 @@ func requests(m testcluster.Metrics, methods ...string) float64 {
 
 // writes counts every write request: creates (and new Events) are POST,
 // server-side apply (and repeated Events) PATCH, Lease renewals PUT.
-func writes(m testcluster.Metrics) float64 {
+func writes(m localcluster.Metrics) float64 {
 	return requests(m, "POST", "PUT", "PATCH", "DELETE")
 }
 
 // syncErrors is bar_controller_syncs_total{result="error"}.
-func syncErrors(m testcluster.Metrics) float64 {
+func syncErrors(m localcluster.Metrics) float64 {
 	v, _ := m.Value("bar_controller_syncs_total", map[string]string{"result": "error"})
 	return v
 }
@@ -85,9 +85,9 @@ func syncErrors(m testcluster.Metrics) float64 {
 // quiet window, twelve times the 250 ms by which the controller's own
 // flush (eventQuiet, events.go) judges its Events written; the minute is
 // a hang bound.
-func (c *controller) waitQuiet(t *testing.T) testcluster.Metrics {
+func (c *controller) waitQuiet(t *testing.T) localcluster.Metrics {
 	t.Helper()
-	var last testcluster.Metrics
+	var last localcluster.Metrics
 	quietSince := time.Now()
 	err := wait.PollUntilContextTimeout(t.Context(), 500*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 		m := c.metrics(t)
@@ -106,7 +106,7 @@ func (c *controller) waitQuiet(t *testing.T) testcluster.Metrics {
 // contains every one of parts, and returns it. Every timeout its callers
 // pass is a hang bound, several times what the line takes (the slowest,
 // waitForCaches's first report, comes 5 s after the start).
-func waitLog(t *testing.T, p *testcluster.Process, timeout time.Duration, parts ...string) string {
+func waitLog(t *testing.T, p *localcluster.Process, timeout time.Duration, parts ...string) string {
 	t.Helper()
 	var found string
 	err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
@@ -121,7 +121,7 @@ func waitLog(t *testing.T, p *testcluster.Process, timeout time.Duration, parts 
 
 // logLine returns the first line of the process's log that contains every
 // one of parts, or "".
-func logLine(p *testcluster.Process, parts ...string) string {
+func logLine(p *localcluster.Process, parts ...string) string {
 	data, err := os.ReadFile(p.LogPath)
 	if err != nil {
 		return ""
@@ -141,7 +141,7 @@ next:
 // readyz returns the HTTP status of the controller's /readyz, or 0 if it
 // does not answer.
 func (c *controller) readyz(ctx context.Context) int {
-	code, err := testcluster.StatusOf(ctx, http.DefaultClient, c.readyzURL, "")
+	code, err := localcluster.StatusOf(ctx, http.DefaultClient, c.readyzURL, "")
 	if err != nil {
 		return 0
 	}

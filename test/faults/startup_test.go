@@ -26,7 +26,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/barcontroller/bar-controller/internal/testcluster"
+	"github.com/barcontroller/bar-controller/harness/localcluster"
 )
 
 // A controller that starts into a broken world must not crash-loop or
@@ -42,7 +42,7 @@ const recoveryTimeout = 90 * time.Second
 // The CRD arrives after the controller, as when one kubectl apply creates
 // both and the Deployment wins the race.
 func TestControllerStartsBeforeCRD(t *testing.T) {
-	e := newEnvWith(t, 100, testcluster.Options{})
+	e := newEnvWith(t, 100, localcluster.Options{})
 	c := e.startController(t, "controller")
 	// client-go's reflector names the resource it cannot list, so whoever
 	// reads the log learns which CRD is missing.

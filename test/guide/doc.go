@@ -23,6 +23,6 @@ limitations under the License.
 //
 // They run against the client-go of go.mod: fake clientsets and
 // in-memory ListerWatchers where the behaviour is the client's alone, a
-// real kube-apiserver (internal/testcluster, one per test binary) where
+// real kube-apiserver (harness/localcluster, one per test binary) where
 // it depends on the server.
 package guide

@@ -37,7 +37,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/barcontroller/bar-controller/internal/testcluster"
+	"github.com/barcontroller/bar-controller/harness/localcluster"
 )
 
 // The real API server is started on first use by a test that needs one
@@ -45,7 +45,7 @@ import (
 // TestMain: etcd and kube-apiserver, nothing else.
 var (
 	serverOnce sync.Once
-	server     *testcluster.Cluster
+	server     *localcluster.Cluster
 	serverErr  error
 	serverDir  string
 )
@@ -70,13 +70,13 @@ func TestMain(m *testing.M) {
 // server, and a namespace of the test's own.
 func realServer(t *testing.T) (*rest.Config, string) {
 	t.Helper()
-	testcluster.SkipWithoutBinaries(t)
+	localcluster.SkipWithoutBinaries(t)
 	serverOnce.Do(func() {
 		serverDir, serverErr = os.MkdirTemp("", "bar-guide-")
 		if serverErr != nil {
 			return
 		}
-		server, serverErr = testcluster.Start(context.Background(), testcluster.Options{Dir: serverDir})
+		server, serverErr = localcluster.Start(context.Background(), localcluster.Options{Dir: serverDir})
 	})
 	if serverErr != nil {
 		t.Fatalf("starting kube-apiserver: %v", serverErr)

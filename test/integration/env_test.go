@@ -38,7 +38,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/barcontroller/bar-controller/internal/testcluster"
+	"github.com/barcontroller/bar-controller/harness/localcluster"
 	clientset "github.com/barcontroller/bar-controller/pkg/generated/clientset/versioned"
 )
 
@@ -49,7 +49,7 @@ import (
 // The controller's identity: the ServiceAccount artifacts/install creates,
 // with the ClusterRole it ships. The audit log tells its writes apart from
 // the tests' own by this name.
-const controllerUser = testcluster.ControllerUser
+const controllerUser = localcluster.ControllerUser
 
 // testResync is short so that resyncs happen inside the windows in which
 // the tests count writes.
@@ -60,10 +60,10 @@ const testResync = time.Second
 const traceTestBars = "bar-it-*/*"
 
 type integrationEnv struct {
-	cluster    *testcluster.Cluster
+	cluster    *localcluster.Cluster
 	kube       kubernetes.Interface // admin, for the tests themselves
 	bars       clientset.Interface
-	controller *testcluster.Process
+	controller *localcluster.Process
 	metricsURL string
 	stop       func()
 	// restart stops the controller and starts it again, as a rollout or a
@@ -88,7 +88,7 @@ func TestMain(m *testing.M) {
 // setupIntegration returns the shared environment and a fresh namespace.
 func setupIntegration(t *testing.T) (*integrationEnv, string) {
 	t.Helper()
-	testcluster.SkipWithoutBinaries(t)
+	localcluster.SkipWithoutBinaries(t)
 	envOnce.Do(func() { sharedEnv, envErr = startIntegrationEnv() })
 	if envErr != nil {
 		t.Fatalf("starting the control plane: %v", envErr)
@@ -103,7 +103,7 @@ func setupIntegration(t *testing.T) (*integrationEnv, string) {
 
 func startIntegrationEnv() (_ *integrationEnv, err error) {
 	ctx := context.Background()
-	root, err := testcluster.ModuleRoot()
+	root, err := localcluster.ModuleRoot()
 	if err != nil {
 		return nil, err
 	}
@@ -139,15 +139,15 @@ func startIntegrationEnv() (_ *integrationEnv, err error) {
 		}
 	}()
 
-	binary, err := testcluster.BuildController(dir)
+	binary, err := localcluster.BuildController(dir)
 	if err != nil {
 		return nil, err
 	}
-	stages, err := testcluster.KwokStages(root)
+	stages, err := localcluster.KwokStages(root)
 	if err != nil {
 		return nil, err
 	}
-	env.cluster, err = testcluster.Start(ctx, testcluster.Options{
+	env.cluster, err = localcluster.Start(ctx, localcluster.Options{
 		Dir: dir, ControllerManager: true, Scheduler: true, KwokStages: stages, AuditLog: true,
 		CRDs: []string{filepath.Join(root, "artifacts", "crd")},
 	})
@@ -167,7 +167,7 @@ func startIntegrationEnv() (_ *integrationEnv, err error) {
 		return nil, err
 	}
 
-	addrs, err := testcluster.FreeAddrs(2)
+	addrs, err := localcluster.FreeAddrs(2)
 	if err != nil {
 		return nil, err
 	}
@@ -176,7 +176,7 @@ func startIntegrationEnv() (_ *integrationEnv, err error) {
 	start := func() error {
 		starts++
 		log := filepath.Join(dir, "logs", fmt.Sprintf("bar-controller-%d.log", starts))
-		p, err := testcluster.StartProcess("bar-controller", binary, log,
+		p, err := localcluster.StartProcess("bar-controller", binary, log,
 			append(os.Environ(), "GORACE=atexit_sleep_ms=0"),
 			"--kubeconfig="+kubeconfig, "-v=2", "--resync-period="+testResync.String(), "--trace="+traceTestBars,
 			"--metrics-bind-address="+addrs[0], "--metrics-secure=false", "--health-probe-bind-address="+addrs[1])
@@ -198,7 +198,7 @@ func startIntegrationEnv() (_ *integrationEnv, err error) {
 
 // waitReady waits for the controller's caches to sync, or for it to exit.
 // The minute bounds a hang; it claims nothing about speed.
-func waitReady(ctx context.Context, p *testcluster.Process, url string) error {
+func waitReady(ctx context.Context, p *localcluster.Process, url string) error {
 	deadline := time.After(time.Minute)
 	for {
 		if resp, err := http.Get(url); err == nil {
@@ -273,10 +273,10 @@ func (e *integrationEnv) writesOverSyncs(t *testing.T, ns, name string, n int) [
 	return e.writes(t, ns)[before:]
 }
 
-// eventually polls cond until it holds; its minute (testcluster.Eventually)
+// eventually polls cond until it holds; its minute (localcluster.Eventually)
 // bounds a hang, and is no claim about speed: what the tests wait for
 // takes seconds.
 func eventually(t *testing.T, what string, cond func(ctx context.Context) (bool, error)) {
 	t.Helper()
-	testcluster.Eventually(t, what, cond)
+	localcluster.Eventually(t, what, cond)
 }

@@ -31,7 +31,7 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
-	"github.com/barcontroller/bar-controller/internal/testcluster"
+	"github.com/barcontroller/bar-controller/harness/localcluster"
 	barv1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1"
 )
 
@@ -406,7 +406,7 @@ func waitForEvents(t *testing.T, env *integrationEnv, ns, bar, reason string) in
 // repeats the event recorder folds into one object.
 func eventCount(t *testing.T, env *integrationEnv, ns, bar, reason string) int {
 	t.Helper()
-	n, err := testcluster.EventCount(context.Background(), env.kube, ns, "Bar", bar, reason)
+	n, err := localcluster.EventCount(context.Background(), env.kube, ns, "Bar", bar, reason)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,7 +29,7 @@ import (
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 
-	"github.com/barcontroller/bar-controller/internal/testcluster"
+	"github.com/barcontroller/bar-controller/harness/localcluster"
 	barv1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1"
 )
 
@@ -106,7 +106,7 @@ func takeAway(t *testing.T, env *integrationEnv, ns, name string, barFirst bool)
 	// before may still complete after, and then failed its
 	// resourceVersion precondition or came first; the Deployment's final
 	// state below covers both.)
-	after, err := env.cluster.AuditedWrites(func(e testcluster.AuditEvent) bool {
+	after, err := env.cluster.AuditedWrites(func(e localcluster.AuditEvent) bool {
 		return e.User.Username == controllerUser && e.ObjectRef != nil && e.ObjectRef.Resource == "deployments" &&
 			e.ObjectRef.Namespace == ns && e.ObjectRef.Name == name && e.Received.After(removed) &&
 			e.ResponseStatus != nil && e.ResponseStatus.Code < 300
@@ -135,7 +135,7 @@ func removalOf(t *testing.T, env *integrationEnv, ns, name string) time.Time {
 	t.Helper()
 	var at time.Time
 	eventually(t, "the audit log has the removal of "+name+"'s ownerReference", func(context.Context) (bool, error) {
-		patches, err := env.cluster.AuditedWrites(func(e testcluster.AuditEvent) bool {
+		patches, err := env.cluster.AuditedWrites(func(e localcluster.AuditEvent) bool {
 			return e.User.Username != controllerUser && e.Verb == "patch" && e.ObjectRef != nil &&
 				e.ObjectRef.Resource == "deployments" && e.ObjectRef.Subresource == "" &&
 				e.ObjectRef.Namespace == ns && e.ObjectRef.Name == name

@@ -42,7 +42,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
-	"github.com/barcontroller/bar-controller/internal/testcluster"
+	"github.com/barcontroller/bar-controller/harness/localcluster"
 	barv1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1"
 	barv1alpha1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1alpha1"
 	clientset "github.com/barcontroller/bar-controller/pkg/generated/clientset/versioned"
@@ -74,7 +74,7 @@ const (
 // interrupt it: the other replica converts all along. The API server
 // reaches the webhook as in any cluster: the CRD names the Service, the
 // API server resolves it to a Ready endpoint of its EndpointSlices
-// (--enable-aggregator-routing, see testnode.APIServerFlags, standing in
+// (--enable-aggregator-routing, see realnode.APIServerFlags, standing in
 // for kube-proxy) and verifies the certificate for
 // bar-controller-webhook.bar-controller.svc.
 func TestConversionThroughServiceSurvivesLeaderDeletion(t *testing.T) {
@@ -83,7 +83,7 @@ func TestConversionThroughServiceSurvivesLeaderDeletion(t *testing.T) {
 	ctx := t.Context()
 	pods := waitReadyReplicas(t, e)
 	checkCRDNamesService(t, e)
-	reader, _ := testcluster.MetricsScrapers(t, e.kube, "default", "conversion")
+	reader, _ := localcluster.MetricsScrapers(t, e.kube, "default", "conversion")
 	begin := time.Now()
 
 	ns, err := e.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: barNamespacePrefix}}, metav1.CreateOptions{})
@@ -170,7 +170,7 @@ func TestConversionThroughServiceSurvivesLeaderDeletion(t *testing.T) {
 	}
 	// Now the leader goes while clients keep using v1alpha1.
 	var lead *corev1.Pod
-	testcluster.Eventually(t, "a Lease holder among the Pods", func(context.Context) (bool, error) {
+	localcluster.Eventually(t, "a Lease holder among the Pods", func(context.Context) (bool, error) {
 		_, lead = leader(t, e, pods)
 		return lead != nil, nil
 	})
@@ -283,10 +283,10 @@ func scrapeReviews(t *testing.T, pods []corev1.Pod, token string) map[string]rev
 	for _, p := range pods {
 		// A scrape costs the Pod a TokenReview and a SubjectAccessReview;
 		// on a loaded machine one may miss the client's timeout.
-		var m testcluster.Metrics
+		var m localcluster.Metrics
 		var err error
 		_ = wait.PollUntilContextTimeout(t.Context(), time.Second, 30*time.Second, true, func(context.Context) (bool, error) {
-			m, err = testcluster.Scrape(client, "https://"+net.JoinHostPort(p.Status.PodIP, "8443")+"/metrics", token)
+			m, err = localcluster.Scrape(client, "https://"+net.JoinHostPort(p.Status.PodIP, "8443")+"/metrics", token)
 			return err == nil, nil
 		})
 		if err != nil {

@@ -16,7 +16,7 @@ limitations under the License.
 
 // Package node runs bar-controller in-cluster for real: its image, built
 // from this tree with no Docker engine (internal/image), imported into a
-// real node (internal/testnode: containerd, runc, a kubelet built from
+// real node (harness/realnode: containerd, runc, a kubelet built from
 // source), installed with kubectl apply -k artifacts/ as users do. The
 // kubelet probes it, restarts it, sends it SIGTERM; Bars get Pods whose
 // containers really run.
@@ -33,8 +33,8 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/barcontroller/bar-controller/internal/testcluster"
-	"github.com/barcontroller/bar-controller/internal/testnode"
+	"github.com/barcontroller/bar-controller/harness/localcluster"
+	"github.com/barcontroller/bar-controller/harness/realnode"
 	clientset "github.com/barcontroller/bar-controller/pkg/generated/clientset/versioned"
 )
 
@@ -43,14 +43,14 @@ const (
 	// test's kustomization points artifacts/ at it (see install).
 	controllerRef = "bar-controller:node-test"
 	// appRef is what the Bars run (test/images/app).
-	appRef = "bar-testnode/app:test"
+	appRef = "bar-realnode/app:test"
 	// installNamespace is where artifacts/install puts the controller.
 	installNamespace = "bar-controller"
 )
 
 type env struct {
-	cluster *testcluster.Cluster
-	node    *testnode.Node
+	cluster *localcluster.Cluster
+	node    *realnode.Node
 	kube    kubernetes.Interface
 	bars    clientset.Interface
 	dir     string
@@ -72,24 +72,24 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
-	root, err := testcluster.ModuleRoot()
+	root, err := localcluster.ModuleRoot()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	artifacts = filepath.Join(root, "artifacts")
-	if os.Getenv(testcluster.BinDirEnv) == "" {
-		missing = []string{"$" + testcluster.BinDirEnv + " (run make test)"}
+	if os.Getenv(localcluster.BinDirEnv) == "" {
+		missing = []string{"$" + localcluster.BinDirEnv + " (run make test)"}
 		return m.Run()
 	}
-	if missing = testnode.Missing(""); len(missing) > 0 {
+	if missing = realnode.Missing(""); len(missing) > 0 {
 		return m.Run()
 	}
-	if err := testnode.CleanUp(); err != nil {
+	if err := realnode.CleanUp(); err != nil {
 		fmt.Fprintf(os.Stderr, "cleaning up after an earlier run: %v\n", err)
 		return 1
 	}
-	before, err := testnode.Snapshot()
+	before, err := realnode.Snapshot()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -100,7 +100,7 @@ func run(m *testing.M) int {
 		code = max(code, shared.stop(code))
 	}
 	// The node must leave the host as it found it.
-	after, err := testnode.Snapshot()
+	after, err := realnode.Snapshot()
 	if err != nil || after != before {
 		fmt.Fprintf(os.Stderr, "the host changed across the node tests (%v)\nbefore: %s\nafter: %s\n", err, before, after)
 		return 1
@@ -115,9 +115,9 @@ func start() (*env, error) {
 	}
 	e := &env{dir: dir}
 	ctx := context.Background()
-	e.cluster, err = testcluster.Start(ctx, testcluster.Options{
+	e.cluster, err = localcluster.Start(ctx, localcluster.Options{
 		Dir: dir, ControllerManager: true, Scheduler: true,
-		APIServerFlags: testnode.APIServerFlags,
+		APIServerFlags: realnode.APIServerFlags,
 	})
 	if err != nil {
 		return e, err
@@ -126,17 +126,17 @@ func start() (*env, error) {
 	e.bars = clientset.NewForConfigOrDie(e.cluster.Config)
 	// 10.0.0.1: the first address of the test API server's
 	// --service-cluster-ip-range, the "kubernetes" Service.
-	e.node, err = testnode.Start(ctx, testnode.Options{Cluster: e.cluster, Subnet: "10.88.77.0/24", ServiceIP: "10.0.0.1", WorkDir: dir})
+	e.node, err = realnode.Start(ctx, realnode.Options{Cluster: e.cluster, Subnet: "10.88.77.0/24", ServiceIP: "10.0.0.1", WorkDir: dir})
 	if err != nil {
 		return e, err
 	}
 	e.watch = startWatcher(e)
 	var archives []string
-	for _, img := range []testnode.Image{
+	for _, img := range []realnode.Image{
 		{Package: ".", Ref: controllerRef, LDFlags: "-X github.com/barcontroller/bar-controller/internal/version.version=node-test"},
 		{Package: "./test/images/app", Ref: appRef, User: "65532:65532"},
 	} {
-		a, err := testnode.BuildArchive(dir, img)
+		a, err := realnode.BuildArchive(dir, img)
 		if err != nil {
 			return e, err
 		}

@@ -30,7 +30,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/barcontroller/bar-controller/internal/testnode"
+	"github.com/barcontroller/bar-controller/harness/realnode"
 )
 
 // afterTest runs when each test ends. It logs the stalls the watcher saw
@@ -49,9 +49,9 @@ func (e *env) afterTest(t *testing.T, start time.Time) {
 			stalled = append(stalled, s.pod)
 		}
 	}
-	// The bridge keeps the MAC testnode gave it while Pods come and go; a
+	// The bridge keeps the MAC realnode gave it while Pods come and go; a
 	// change strands every Pod that resolved the old one (the stall that
-	// testnode.Verdict calls "cut off from this machine").
+	// realnode.Verdict calls "cut off from this machine").
 	for _, c := range e.watch.macChanges(start, end) {
 		t.Errorf("the Pods' bridge changed its MAC to %s at %s (%d ports): Pods that resolved the old one cannot reach this machine", c.mac, c.at.Format("15:04:05.000"), c.ports)
 	}
@@ -93,7 +93,7 @@ func (e *env) afterTest(t *testing.T, start time.Time) {
 		}
 		wg.Go(func() {
 			line := "controller Pod " + p.Name + " now: "
-			pid, err := testnode.ContainerProcess(p.Status.ContainerStatuses[0].ContainerID)
+			pid, err := realnode.ContainerProcess(p.Status.ContainerStatuses[0].ContainerID)
 			if err != nil {
 				line += err.Error()
 			} else {

@@ -24,7 +24,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/barcontroller/bar-controller/internal/testcluster"
+	"github.com/barcontroller/bar-controller/harness/localcluster"
 )
 
 // TestMetricsScrapedFromThePod scrapes the leader's /metrics at the Pod's
@@ -42,7 +42,7 @@ func TestMetricsScrapedFromThePod(t *testing.T) {
 		t.Fatal("no leader")
 	}
 
-	prometheus, nobody := testcluster.MetricsScrapers(t, e.kube, "default", "node")
+	prometheus, nobody := localcluster.MetricsScrapers(t, e.kube, "default", "node")
 
 	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
 		// The certificate is self-signed (no --metrics-cert-dir in the
@@ -52,7 +52,7 @@ func TestMetricsScrapedFromThePod(t *testing.T) {
 	url := "https://" + net.JoinHostPort(lead.Status.PodIP, "8443") + "/metrics"
 	status := func(token string) int {
 		t.Helper()
-		code, err := testcluster.StatusOf(ctx, client, url, token)
+		code, err := localcluster.StatusOf(ctx, client, url, token)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -62,10 +62,10 @@ func TestMetricsScrapedFromThePod(t *testing.T) {
 		t.Errorf("a token without the metrics-reader role: %d, want 403", code)
 	}
 	// RBAC caches in the API server's authorizer settle within moments.
-	var m testcluster.Metrics
-	testcluster.Eventually(t, "metrics for the reader role", func(context.Context) (bool, error) {
+	var m localcluster.Metrics
+	localcluster.Eventually(t, "metrics for the reader role", func(context.Context) (bool, error) {
 		var err error
-		m, err = testcluster.Scrape(client, url, prometheus)
+		m, err = localcluster.Scrape(client, url, prometheus)
 		return err == nil, nil
 	})
 	// The scraped Pod is the one the Lease names, and it says so.

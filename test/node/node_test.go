@@ -35,7 +35,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
-	"github.com/barcontroller/bar-controller/internal/testcluster"
+	"github.com/barcontroller/bar-controller/harness/localcluster"
 	barv1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1"
 )
 
@@ -157,7 +157,7 @@ func TestInstallGivesTwoHardenedReadyReplicasAndOneLeader(t *testing.T) {
 	pods := waitReadyReplicas(t, e)
 	var holder string
 	var lead *corev1.Pod
-	testcluster.Eventually(t, "a Lease holder among the Pods", func(context.Context) (bool, error) {
+	localcluster.Eventually(t, "a Lease holder among the Pods", func(context.Context) (bool, error) {
 		holder, lead = leader(t, e, pods)
 		return lead != nil, nil
 	})

@@ -36,7 +36,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
-	"github.com/barcontroller/bar-controller/internal/testcluster"
+	"github.com/barcontroller/bar-controller/harness/localcluster"
 )
 
 const (
@@ -132,7 +132,7 @@ func tools(t *testing.T) (helm, cosign string) {
 // with a key made for the test, and reads back what it pushed.
 func makeRelease(t *testing.T, reg *countingRegistry, cosign string) *release {
 	t.Helper()
-	root, err := testcluster.ModuleRoot()
+	root, err := localcluster.ModuleRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +148,7 @@ func makeRelease(t *testing.T, reg *countingRegistry, cosign string) *release {
 	start := time.Now()
 	cmd := exec.CommandContext(t.Context(), "go", "run", "./hack/release",
 		"--version="+releaseVersion, "--registry="+reg.repo.String(), "--out="+rel.dir,
-		"--kubectl="+filepath.Join(os.Getenv(testcluster.BinDirEnv), "kubectl"),
+		"--kubectl="+filepath.Join(os.Getenv(localcluster.BinDirEnv), "kubectl"),
 		"--cosign="+cosign, "--cosign-key="+filepath.Join(dir, "cosign.key"))
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "COSIGN_PASSWORD=")

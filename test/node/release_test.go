@@ -37,7 +37,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
-	"github.com/barcontroller/bar-controller/internal/testcluster"
+	"github.com/barcontroller/bar-controller/harness/localcluster"
 	barv1alpha1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1alpha1"
 	clientset "github.com/barcontroller/bar-controller/pkg/generated/clientset/versioned"
 )
@@ -206,7 +206,7 @@ func checkServes(t *testing.T, e *env, ns string, pods []corev1.Pod, scraper str
 		t.Fatalf("the CRD does not convert through a webhook in %s with a caBundle: %+v", ns, c)
 	}
 
-	reader, _ := testcluster.MetricsScrapers(t, e.kube, "default", scraper)
+	reader, _ := localcluster.MetricsScrapers(t, e.kube, "default", scraper)
 	barNS, err := e.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: barNamespacePrefix}}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -249,7 +249,7 @@ func checkServes(t *testing.T, e *env, ns string, pods []corev1.Pod, scraper str
 // else the repository's.
 func helmInstall(t *testing.T, e *env, helm string, reg *countingRegistry, rel *release) {
 	t.Helper()
-	root, err := testcluster.ModuleRoot()
+	root, err := localcluster.ModuleRoot()
 	if err != nil {
 		t.Fatal(err)
 	}

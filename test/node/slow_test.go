@@ -31,7 +31,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/barcontroller/bar-controller/internal/testnode"
+	"github.com/barcontroller/bar-controller/harness/realnode"
 )
 
 // A Bar's Pods on this node become available in about a second, yet a run
@@ -189,7 +189,7 @@ func explainSlow(t *testing.T, e *env, ns string, start time.Time) {
 			}
 		}
 	}
-	t.Logf("=== end of the slow converge in %s (logs under %s, kept if a test fails or a Pod stalls, or with BAR_KEEP_TEST_DIR=1; node: %s)", ns, e.dir, testnode.Name)
+	t.Logf("=== end of the slow converge in %s (logs under %s, kept if a test fails or a Pod stalls, or with BAR_KEEP_TEST_DIR=1; node: %s)", ns, e.dir, realnode.Name)
 }
 
 func eventTime(ev corev1.Event) time.Time {

@@ -32,7 +32,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/barcontroller/bar-controller/internal/testnode"
+	"github.com/barcontroller/bar-controller/harness/realnode"
 )
 
 // A controller Pod on this node has now and then stopped answering
@@ -42,7 +42,7 @@ import (
 // Logs written afterwards cannot say why; the host can, while it lasts.
 // The watcher probes every controller container as the kubelet does, more
 // often, and the first time one times out it samples the process from the
-// host twice, sampleGap apart (testnode.TakeSample, testnode.Verdict:
+// host twice, sampleGap apart (realnode.TakeSample, realnode.Verdict:
 // CPU run and wait per thread, CFS throttling, PSI, the freezer, memory,
 // kernel stacks, unread requests), and writes it all under the test's
 // directory, with the kubelet's lines about the Pod.
@@ -135,7 +135,7 @@ type watcher struct {
 	mu     sync.Mutex
 	stalls []*stall
 	// macs records when the Pods' bridge took which MAC: a Pod whose ARP
-	// entry names an old one cannot reach this machine (testnode.Verdict).
+	// entry names an old one cannot reach this machine (realnode.Verdict).
 	macs    []macChange
 	open    map[string]*stall // by container ID
 	probing map[string]bool
@@ -165,7 +165,7 @@ func (w *watcher) run(ctx context.Context) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	for ctx.Err() == nil {
-		br := testnode.ReadBridge()
+		br := realnode.ReadBridge()
 		w.mu.Lock()
 		if n := len(w.macs); br.MAC != "" && (n == 0 || w.macs[n-1].mac != br.MAC) {
 			w.macs = append(w.macs, macChange{at: time.Now(), mac: br.MAC, ports: len(br.Ports)})
@@ -246,7 +246,7 @@ func (w *watcher) probe(ctx context.Context, pod, ip, container string) {
 // investigate samples a stalled container's process and writes what the
 // host saw. It runs once per stall, while the stall lasts.
 func (w *watcher) investigate(s *stall) {
-	pid, err := testnode.ContainerProcess(s.container)
+	pid, err := realnode.ContainerProcess(s.container)
 	var verdict, figures string
 	if err == nil {
 		verdict, figures, err = sampleTwice(pid)
@@ -276,16 +276,16 @@ func (w *watcher) investigate(s *stall) {
 
 // sampleTwice samples pid, waits sampleGap, samples again, and judges.
 func sampleTwice(pid int) (string, string, error) {
-	a, err := testnode.TakeSample(pid)
+	a, err := realnode.TakeSample(pid)
 	if err != nil {
 		return "", "", err
 	}
 	time.Sleep(sampleGap)
-	b, err := testnode.TakeSample(pid)
+	b, err := realnode.TakeSample(pid)
 	if err != nil {
 		return "", "", err
 	}
-	verdict, figures := testnode.Verdict(a, b)
+	verdict, figures := realnode.Verdict(a, b)
 	return verdict, figures, nil
 }
 

@@ -26,18 +26,18 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/barcontroller/bar-controller/internal/testcluster"
-	"github.com/barcontroller/bar-controller/internal/traces"
+	"github.com/barcontroller/bar-controller/harness/localcluster"
+	"github.com/barcontroller/bar-controller/harness/traces"
 )
 
 // TestCapturesMatchTheCode fails when the committed captures differ from a
-// fresh run in what does not depend on timing (see internal/traces
+// fresh run in what does not depend on timing (see harness/traces
 // compare.go for what that is and why): a log message, call site or key
 // that changed, a decision or a Deployment write that is new or gone.
 // The fix is make traces, and a look at the prose around what changed.
 func TestCapturesMatchTheCode(t *testing.T) {
-	testcluster.SkipWithoutBinaries(t)
-	root, err := testcluster.ModuleRoot()
+	localcluster.SkipWithoutBinaries(t)
+	root, err := localcluster.ModuleRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +55,7 @@ func TestCapturesMatchTheCode(t *testing.T) {
 		docs[i] = string(text)
 	}
 	dir := t.TempDir()
-	controller, err := testcluster.BuildController(dir)
+	controller, err := localcluster.BuildController(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

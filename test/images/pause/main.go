@@ -14,7 +14,7 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-// Command pause is the pod sandbox of the test node (internal/testnode): the
+// Command pause is the pod sandbox of the test node (harness/realnode): the
 // process that holds a Pod's namespaces while its containers come and go.
 // Kubernetes' own pause image is pulled from a registry, which the tests do
 // not have, so they build this one and name it in containerd's
