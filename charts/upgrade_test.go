@@ -111,7 +111,7 @@ func TestHelmUpgradeKeepsBarsAndDeployments(t *testing.T) {
 	helm.run(t, "install", releaseName, prev, "--namespace", releaseName)
 	waitEstablished(t, ext)
 	// As a cluster upgraded from the v1alpha1-only release has them until
-	// its storage migration (README): the upgrade must keep serving both.
+	// its storage migration (docs/upgrade.md): the upgrade must keep serving both.
 	if _, err := ext.ApiextensionsV1().CustomResourceDefinitions().Patch(ctx, crdName, types.MergePatchType,
 		[]byte(`{"status":{"storedVersions":["v1alpha1","v1"]}}`), metav1.PatchOptions{}, "status"); err != nil {
 		t.Fatal(err)

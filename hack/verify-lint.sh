@@ -15,6 +15,27 @@ fi
 
 go vet ./...
 
+# The tree of docs/development.md: the root tells the controller's story
+# in at most 14 files; internal/ is what ships, so every package there is
+# in the binary, and nothing of the harness or the test suites is.
+root_files=$(git ls-files '*.go' | grep -v -e / -e '_test\.go$' | wc -l)
+if ((root_files > 14)); then
+    echo "the root holds ${root_files} non-test Go files; docs/development.md's tree allows 14" >&2
+    exit 1
+fi
+module=$(go list -m)
+deps=$(go list -deps .)
+while IFS= read -r p; do
+    if ! grep -qxF "${p}" <<<"${deps}"; then
+        echo "${p} is in internal/ but not in the binary: internal/ is what ships (docs/development.md)" >&2
+        exit 1
+    fi
+done < <(go list ./internal/...)
+if grep -E "^${module}/(harness|test|hack)/" <<<"${deps}"; then
+    echo "the binary imports the packages above, which only run or test it (docs/development.md)" >&2
+    exit 1
+fi
+
 if ! command -v shellcheck >/dev/null; then
     echo "shellcheck not found; installing it from Debian's packages" >&2
     if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then

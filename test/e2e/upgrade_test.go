@@ -50,7 +50,7 @@ var workloadResources = []string{"deployments", "replicasets", "pods"}
 
 // TestUpgradeFromV1alpha1Release installs the previous release (its CRD,
 // install and controller, built from git), converges Bars with it,
-// upgrades with kubectl apply --server-side -k artifacts/ as the README's
+// upgrades with kubectl apply --server-side -k artifacts/ as docs/upgrade.md's
 // runbook says, migrates storage, and rolls the controller back, with the
 // API server's audit log as the witness that no workload noticed.
 func TestUpgradeFromV1alpha1Release(t *testing.T) {
@@ -305,7 +305,7 @@ func migrateStorage(t *testing.T, env *opsEnv) {
 }
 
 // rollBack runs the previous release again while the new CRD stays, as
-// the README's "Rolling back" says: conversion-only replicas first, then
+// docs/upgrade.md's "Rolling back" says: conversion-only replicas first, then
 // the old install and controller. The old controller reads every Bar (all
 // stored as v1 now) through conversion, adopts every Deployment without
 // writing it, and keeps working on Bars created in v1, whose resources

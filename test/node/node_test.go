@@ -47,7 +47,7 @@ var (
 	installErr  error
 )
 
-// install applies artifacts/ as the README says, through a kustomization
+// install applies artifacts/ as docs/install.md says, through a kustomization
 // whose only changes are the image (the one TestMain built and imported)
 // and --trace for the tests' own Bars, so that a slow converge finds every
 // step the controller took for them in its log (explainSlow).

@@ -169,7 +169,7 @@ func Markdown(m Model, check Row) string {
 	return b.String()
 }
 
-// thousands is a whole number with thousands separators, as the README
+// thousands is a whole number with thousands separators, as the docs
 // writes them.
 func thousands(v float64) string {
 	if math.IsInf(v, 1) {
