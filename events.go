@@ -123,7 +123,7 @@ func (r notingRecorder) Eventf(regarding, related runtime.Object, eventtype, rea
 }
 
 // limitedSink lets event writes reach the API server only as slots allow
-// (concurrency.go: the syncs' own, or a fixed few). tools/events writes every event from its own goroutine;
+// (run.go: the syncs' own, or a fixed few). tools/events writes every event from its own goroutine;
 // during a cold start of thousands of Bars that is thousands of requests
 // in flight. Where the API server answers with 429s (API Priority and
 // Fairness), each of them retries after the Retry-After it is given, and

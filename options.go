@@ -62,7 +62,7 @@ func (o *options) addFlags(fs *flag.FlagSet) {
 	// slower where API Priority and Fairness rejects the controller (16
 	// took 88 s and 15 timed-out syncs where 4 took 25 s and none,
 	// test/faults). So by default the number follows the API server
-	// (concurrency.go, internal/adaptive), between 1 and --workers;
+	// (run.go, internal/adaptive), between 1 and --workers;
 	// docs/measurements.md has the numbers.
 	fs.IntVar(&o.workers, "workers", 32, "Most Bars synced in parallel: the ceiling of the adaptive limit, or the number with --adaptive-concurrency=false.")
 	fs.BoolVar(&o.adaptive, "adaptive-concurrency", true, "Let the number of syncs and Event writes in flight follow the API server: grow while it answers quickly, shrink at once when it rejects (429) or queues. false: exactly --workers syncs and 4 Event writes.")
