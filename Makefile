@@ -62,15 +62,14 @@ traces: build ## Rerun the scenarios of docs/informer-traces.md and the exercise
 # upgrade, the release installed from a registry), cosign (the release's
 # signature) and promtool (every alert). Like the Kubernetes binaries they
 # are built from source once (hack/install-tool.sh) and then required, so
-# that none of those tests can skip.
+# that none of those tests can skip. hack/install-test-deps.sh gets them,
+# the Kubernetes binaries and (as root) the node's packages side by side
+# and prints the environment below; an export of a failed command
+# substitution would not stop the recipe, hence the variable first.
 test: ## Run all tests (unit, real control plane, real node, chart, alerts, release; with -race); builds the control plane, kubelet, helm, cosign and promtool on first use.
-	dir="$$($(KUBE_BIN_DIR_CMD))"; \
-	helm_dir="$$(hack/install-tool.sh helm)"; cosign_dir="$$(hack/install-tool.sh cosign)"; \
-	promtool_dir="$$(hack/install-tool.sh promtool)"; \
-	if [[ $$(id -u) -eq 0 ]]; then hack/install-node-deps.sh; export BAR_REQUIRE_NODE=1; fi; \
-	export KUBE_BIN_DIR="$$dir" BAR_REQUIRE_INTEGRATION=1 \
-	  HELM="$$helm_dir/helm" COSIGN="$$cosign_dir/cosign" PROMTOOL="$$promtool_dir/promtool" \
-	  BAR_REQUIRE_HELM=1 BAR_REQUIRE_COSIGN=1 BAR_REQUIRE_PROMTOOL=1; \
+	deps="$$(hack/install-test-deps.sh)"; \
+	while IFS='=' read -r k v; do export "$$k=$$v"; done <<<"$$deps"; \
+	export BAR_REQUIRE_INTEGRATION=1 BAR_REQUIRE_HELM=1 BAR_REQUIRE_COSIGN=1 BAR_REQUIRE_PROMTOOL=1; \
 	pkgs="$$(go list ./... | grep -v /test/node)"; \
 	go test -race -count=1 -timeout=30m $$pkgs; \
 	go test -race -count=1 -timeout=20m ./test/node
@@ -108,10 +107,16 @@ bench-large: build ## Measure 5,000 and 50,000 Bars (one run each, about 35 minu
 # runs this target after make test, so the slow cases' evidence is checked
 # on every run, alone on the machine and without -race, as their bounds
 # were measured.
+# FAULTS=slow runs only the slow cases: .ci/run's choice, right after make
+# test ran the quick ones.
+FAULTS ?= all
+
 .PHONY: faults
-faults: ## Kill kube-apiserver, freeze etcd, SIGKILL the controller or its leader, fight it, starve it with APF, start it without its CRD or API server, delete 2,000 Bars; print a pass/fail table with timings.
+faults: ## Kill kube-apiserver, freeze etcd, SIGKILL the controller or its leader, fight it, starve it with APF, start it without its CRD or API server, delete 2,000 Bars; print a pass/fail table with timings (FAULTS=slow: only the cases make test skips).
 	kube_bin_dir="$$(hack/install-k8s-binaries.sh etcd kube-apiserver kubectl | tail -n 1)" && \
-	KUBE_BIN_DIR="$$kube_bin_dir" BAR_REQUIRE_INTEGRATION=1 BAR_FAULTS_ALL=1 go test -count=1 -v -timeout=30m ./test/faults
+	slow_only="$$([[ "$(FAULTS)" == slow ]] && echo 1 || true)" && \
+	KUBE_BIN_DIR="$$kube_bin_dir" BAR_REQUIRE_INTEGRATION=1 BAR_FAULTS_ALL=1 BAR_FAULTS_SLOW_ONLY="$$slow_only" \
+	  go test -count=1 -v -timeout=30m ./test/faults
 
 # hack/flake-hunt.sh reruns tests in fresh processes and prints each one's
 # pass rate and the spread of every figure it logs: the noise model a time

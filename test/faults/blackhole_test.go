@@ -34,6 +34,7 @@ import (
 // every few seconds what is wrong (waitForCaches); that question must not
 // hold the shutdown for its TLS handshake timeout (10 s).
 func TestSIGTERMWhileAPIServerBlackholed(t *testing.T) {
+	quick(t)
 	localcluster.SkipWithoutBinaries(t)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

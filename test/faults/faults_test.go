@@ -26,6 +26,7 @@ import (
 // Bars and started again 2 s later: every watch breaks, and the
 // controller must relist and finish.
 func TestAPIServerKilledDuringConvergence(t *testing.T) {
+	quick(t)
 	e := newEnv(t, 1000)
 	e.startController(t, "controller")
 	start := time.Now()
@@ -44,6 +45,7 @@ func TestAPIServerKilledDuringConvergence(t *testing.T) {
 // etcd freezes for 10 s mid-run (SIGSTOP, then SIGCONT): the API server's
 // requests hang and time out; nothing may be lost or doubled.
 func TestEtcdStoppedForTenSeconds(t *testing.T) {
+	quick(t)
 	e := newEnv(t, 1000)
 	e.startController(t, "controller")
 	start := time.Now()
@@ -62,6 +64,7 @@ func TestEtcdStoppedForTenSeconds(t *testing.T) {
 // The controller is SIGKILLed three times during a 2,000-Bar convergence
 // and started again each time; then SIGTERM must end it, exit 0, quickly.
 func TestControllerKilledThreeTimes(t *testing.T) {
+	quick(t)
 	e := newEnv(t, 2000)
 	p := e.startController(t, "controller-1")
 	start := time.Now()

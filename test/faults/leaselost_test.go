@@ -55,6 +55,7 @@ const slowWrite = 3 * time.Second
 // would complete after the new leader's first, unless the loss has
 // cancelled it.
 func TestNoWritesAfterLeaseLost(t *testing.T) {
+	quick(t)
 	const bars = 300
 	e := newEnvWith(t, bars, localcluster.Options{CRDs: []string{crdDir}, AuditLog: true})
 	kubeconfigA := e.serviceAccountKubeconfig(t, "replica-a")

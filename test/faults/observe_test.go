@@ -31,9 +31,14 @@ import (
 
 // What the cases read off the controller: its metrics, its log, its probe.
 
-// allEnv makes the slow cases run; make faults sets it, make test does not,
-// so CI pays only for the quick ones.
+// allEnv makes the slow cases run; make faults sets it, make test does not.
 const allEnv = "BAR_FAULTS_ALL"
+
+// slowOnlyEnv makes the quick cases skip. .ci/run sets it (make faults
+// FAULTS=slow) for its make faults, which comes right after make test ran
+// every quick case, with the controller built with -race: each case then
+// runs once per CI run.
+const slowOnlyEnv = "BAR_FAULTS_SLOW_ONLY"
 
 // slow skips a case that takes more than about 40 s unless $BAR_FAULTS_ALL
 // is set.
@@ -41,6 +46,15 @@ func slow(t *testing.T) {
 	t.Helper()
 	if os.Getenv(allEnv) == "" {
 		t.Skipf("slow fault case (over 40 s): runs under make faults, or with $%s=1", allEnv)
+	}
+}
+
+// quick skips a case that takes less than about 40 s when
+// $BAR_FAULTS_SLOW_ONLY is set.
+func quick(t *testing.T) {
+	t.Helper()
+	if os.Getenv(slowOnlyEnv) != "" {
+		t.Skipf("quick fault case: $%s is set (make test runs it)", slowOnlyEnv)
 	}
 }
 

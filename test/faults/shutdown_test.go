@@ -36,6 +36,7 @@ import (
 // its Deployment apply): the sync must finish, with its status and its
 // Event, and the controller then exit 0.
 func TestSIGTERMFinishesSyncWithItsEvent(t *testing.T) {
+	quick(t)
 	e := newEnv(t, 0)
 	const deployment = "held-web"
 	entered, release := make(chan struct{}), make(chan struct{})

@@ -42,6 +42,7 @@ const recoveryTimeout = 90 * time.Second
 // The CRD arrives after the controller, as when one kubectl apply creates
 // both and the Deployment wins the race.
 func TestControllerStartsBeforeCRD(t *testing.T) {
+	quick(t)
 	e := newEnvWith(t, 100, localcluster.Options{})
 	c := e.startController(t, "controller")
 	// client-go's reflector names the resource it cannot list, so whoever
@@ -67,6 +68,7 @@ func TestControllerStartsBeforeCRD(t *testing.T) {
 // kube-apiserver is down when the controller starts (a control-plane
 // upgrade, a node reboot), and the Bars are already there.
 func TestControllerStartsWhileAPIServerDown(t *testing.T) {
+	quick(t)
 	e := newEnv(t, 100)
 	e.createBars(t)
 	if err := e.cluster.Kill("kube-apiserver"); err != nil {
@@ -139,6 +141,7 @@ func (c *controller) expectAlive(t *testing.T) {
 // backoff, and the controller must still exit 0 well within the kubelet's
 // grace period (30 s by default) instead of waiting them out.
 func TestSIGTERMWhileAPIServerDown(t *testing.T) {
+	quick(t)
 	e := newEnv(t, 0)
 	if err := e.cluster.Kill("kube-apiserver"); err != nil {
 		t.Fatal(err)
