@@ -163,7 +163,7 @@ diagrams: ## Render docs/diagrams/*.dot to SVG with Graphviz (installed from Deb
 	hack/update-diagrams.sh
 
 .PHONY: ci-fresh
-ci-fresh: ## Run .ci/run as a fresh machine would: fresh clone of HEAD, empty Go caches, no bin/ (~20 min).
+ci-fresh: ## Run .ci/run as a fresh machine would: fresh clone of HEAD, empty Go caches, no bin/ (most of an hour).
 	hack/ci-fresh.sh
 
 # The same image as the Dockerfile's, built from this tree by

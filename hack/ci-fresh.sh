@@ -9,8 +9,9 @@
 #   --keep  leave the temporary directory (clone, caches, ci.log) in place and
 #           print its path, e.g. to copy bin/k8s-*/ from it.
 # Uncommitted changes are not part of the run: CI sees commits only.
-# It takes as long as a first CI run: about 20 minutes on 2 cores, nearly all
-# of it building the Kubernetes components from source.
+# It takes as long as a first CI run: most of an hour on 2 cores, a third
+# of it building the Kubernetes components and the tools from source
+# (docs/measurements.md, "A first CI under an hour").
 set -o errexit -o nounset -o pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
