@@ -184,11 +184,14 @@ func createDeploymentAction(bar *barv1.Bar) core.Action {
 }
 
 // applyStatusAction spells the status body out by hand rather than through
-// statusApplyConfiguration, so a mistake there shows up here.
+// statusApplyConfiguration, so a mistake there shows up here. The UID and
+// resourceVersion of the Bar judged are preconditions: the API server
+// refuses the status of a Bar deleted since for its namesake.
 func applyStatusAction(bar *barv1.Bar, available int32, status metav1.ConditionStatus, reason, message string, transition metav1.Time) core.Action {
 	body := map[string]interface{}{
 		"apiVersion": "barcontroller.dev/v1", "kind": "Bar",
-		"metadata": map[string]interface{}{"name": bar.Name, "namespace": bar.Namespace},
+		"metadata": map[string]interface{}{"name": bar.Name, "namespace": bar.Namespace, "uid": string(bar.UID),
+			"resourceVersion": bar.ResourceVersion},
 		"status": map[string]interface{}{
 			"observedGeneration": bar.Generation, "availableReplicas": available,
 			"conditions": []interface{}{map[string]interface{}{

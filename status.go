@@ -139,9 +139,26 @@ func statusChanged(have, want *barv1.BarStatus) bool {
 // statusApplyConfiguration turns a status into the apply request for the
 // status subresource. It names only the Ready condition: conditions are a
 // map keyed by type, so server-side apply leaves other types to their owners.
+//
+// It carries the UID and the resourceVersion of the Bar the status was
+// judged on, as the Deployment's apply carries its: a status is addressed
+// by name, and the Bar may have been deleted and created again under that
+// name while the sync ran. Without them the namesake would get the old
+// Bar's observedGeneration and Ready condition (Ready=True on a Bar nothing
+// has looked at, which kubectl wait and GitOps health checks trust). On
+// the status subresource the API server copies the stored metadata over
+// the request's before it validates, so a UID that differs is dropped,
+// not refused; the resourceVersion is checked before that, and refuses
+// the write (Conflict) for the namesake, whose version is newer, as for
+// any change to the Bar since the cache read it: the retry judges the Bar
+// the caches show next (test/integration TestStatusApplyIsRefusedForANamesake).
 func statusApplyConfiguration(bar *barv1.Bar, status *barv1.BarStatus) *barac.BarApplyConfiguration {
 	ready := meta.FindStatusCondition(status.Conditions, barv1.ConditionReady)
-	return barac.Bar(bar.Name, bar.Namespace).
+	ac := barac.Bar(bar.Name, bar.Namespace).WithUID(bar.UID)
+	if bar.ResourceVersion != "" {
+		ac.WithResourceVersion(bar.ResourceVersion)
+	}
+	return ac.
 		WithStatus(barac.BarStatus().
 			WithObservedGeneration(status.ObservedGeneration).
 			WithAvailableReplicas(status.AvailableReplicas).
