@@ -19,15 +19,18 @@ package main
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 
 	appsv1 "k8s.io/api/apps/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
 )
 
 // The controller's writes read one thing from the API server's answer: the
@@ -52,15 +55,45 @@ var metadataCodecs = func() serializer.CodecFactory {
 	return serializer.NewCodecFactory(s)
 }()
 
-// metadataAnswer sends req, a write, asking for metadataOnly, and returns
-// the metadata the API server answered with. An error answer is the
-// Status the API server sent, with its reason, message and causes, as
-// the typed client returns it: Result.Error decodes it, where
-// Result.Raw's error is made from the status code alone (the sync reads
-// a NamespaceTerminating cause and an Invalid's message).
-func metadataAnswer(ctx context.Context, req *rest.Request) (metav1.ObjectMeta, error) {
+// metadataAnswer sends the write newRequest makes, asking for
+// metadataOnly, and returns the metadata the API server answered with. An
+// error answer is the Status the API server sent, with its reason, message
+// and causes, as the typed client returns it: Result.Error decodes it,
+// where Result.Raw's error is made from the status code alone (the sync
+// reads a NamespaceTerminating cause and an Invalid's message).
+//
+// Not everything between the controller and the API server honours the
+// asking. A front end (a proxy, an aggregation layer) that drops the
+// media type's parameters answers with the whole object, which the
+// client's own decoder reads; one that refuses them answers 406 Not
+// Acceptable, and the write is sent again as the typed client sends it
+// (newRequest's Accept, the client's own). Without these, the first
+// failed to decode and the second was refused before anything was
+// written, on every retry, forever: the Bar's status never written, no
+// event. A 406 refuses before the write (the API server negotiates the
+// answer's type first), so sending it again repeats nothing.
+func metadataAnswer(ctx context.Context, newRequest func() (*rest.Request, error)) (metav1.ObjectMeta, error) {
+	whole := func() (metav1.ObjectMeta, error) {
+		req, err := newRequest()
+		if err != nil {
+			return metav1.ObjectMeta{}, err
+		}
+		return wholeAnswer(req.Do(ctx))
+	}
+	if metadataRefused.Load() {
+		return whole()
+	}
+	req, err := newRequest()
+	if err != nil {
+		return metav1.ObjectMeta{}, err
+	}
 	result := req.SetHeader("Accept", metadataOnly).Do(ctx)
-	if err := result.Error(); err != nil {
+	if err := result.Error(); apierrors.IsNotAcceptable(err) {
+		if !metadataRefused.Swap(true) {
+			klog.FromContext(ctx).Info("The API server's front end refuses metadata-only answers; writes ask for whole objects from now on", "err", err)
+		}
+		return whole()
+	} else if err != nil {
 		return metav1.ObjectMeta{}, err
 	}
 	raw, err := result.Raw()
@@ -68,14 +101,39 @@ func metadataAnswer(ctx context.Context, req *rest.Request) (metav1.ObjectMeta, 
 		return metav1.ObjectMeta{}, err
 	}
 	obj, _, err := metadataCodecs.UniversalDeserializer().Decode(raw, nil, &metav1.PartialObjectMetadata{})
+	if m, ok := obj.(*metav1.PartialObjectMetadata); ok && err == nil {
+		return m.ObjectMeta, nil
+	}
+	// Not metadata: the whole object, perhaps, read as the typed client
+	// reads it.
+	m, wholeErr := wholeAnswer(result)
+	if wholeErr != nil {
+		return metav1.ObjectMeta{}, fmt.Errorf("reading the API server's answer: not metadata (%v), nor an object the client knows: %w", err, wholeErr)
+	}
+	return m, nil
+}
+
+// metadataRefused remembers a 406 to metadataOnly, so that a front end
+// that refuses it costs one request more once, not on every write. The
+// controller talks to one API server.
+var metadataRefused atomic.Bool
+
+// wholeAnswer reads the metadata of the whole object an answer carries,
+// with the client's own decoder (the one for the answer's content type).
+func wholeAnswer(result rest.Result) (metav1.ObjectMeta, error) {
+	obj, err := result.Get()
 	if err != nil {
-		return metav1.ObjectMeta{}, fmt.Errorf("reading the API server's answer: %w", err)
+		return metav1.ObjectMeta{}, err
 	}
-	m, ok := obj.(*metav1.PartialObjectMetadata)
+	accessor, ok := obj.(metav1.ObjectMetaAccessor)
 	if !ok {
-		return metav1.ObjectMeta{}, fmt.Errorf("the API server answered with a %T, not metadata", obj)
+		return metav1.ObjectMeta{}, fmt.Errorf("the API server answered with a %T, which has no metadata", obj)
 	}
-	return m.ObjectMeta, nil
+	m, ok := accessor.GetObjectMeta().(*metav1.ObjectMeta)
+	if !ok {
+		return metav1.ObjectMeta{}, fmt.Errorf("the API server answered with a %T, whose metadata is a %T", obj, accessor.GetObjectMeta())
+	}
+	return *m, nil
 }
 
 // postDeployment creates obj, as DeploymentInterface.Create with
@@ -100,8 +158,10 @@ func (c *Controller) postDeployment(ctx context.Context, obj *appsv1.Deployment)
 		// written out rather than encoded by reflection; the body in the
 		// client's content type (protobuf, main.go).
 		var err error
-		meta, err = metadataAnswer(ctx, client.Post().Namespace(obj.Namespace).Resource("deployments").
-			Param("fieldManager", fieldManager).Body(obj))
+		meta, err = metadataAnswer(ctx, func() (*rest.Request, error) {
+			return client.Post().Namespace(obj.Namespace).Resource("deployments").
+				Param("fieldManager", fieldManager).Body(obj), nil
+		})
 		if err != nil {
 			return nil, err
 		}
@@ -130,7 +190,9 @@ func (s *metadataEventSink) Create(ctx context.Context, event *eventsv1.Event) (
 	if event.Namespace == "" {
 		return nil, fmt.Errorf("can't create an event with empty namespace") // as EventSinkImpl
 	}
-	meta, err := metadataAnswer(ctx, client.Post().Namespace(event.Namespace).Resource("events").Body(event))
+	meta, err := metadataAnswer(ctx, func() (*rest.Request, error) {
+		return client.Post().Namespace(event.Namespace).Resource("events").Body(event), nil
+	})
 	if err != nil {
 		return nil, err
 	}

@@ -41,6 +41,9 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
+
+	barv1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1"
+	clientset "github.com/barcontroller/bar-controller/pkg/generated/clientset/versioned"
 )
 
 // TestPostDeploymentAsksForMetadataOnly: the create of a real client is
@@ -184,4 +187,142 @@ func protobufClientset(t *testing.T, url string) *kubernetes.Clientset {
 		t.Fatal(err)
 	}
 	return cs
+}
+
+// frontEnd is what may stand between the controller and the API server:
+// it answers a write with the whole object (as the API server does when
+// not asked for metadata only), and what it does with a request that asks
+// for metadata only is refuse406 (406 Not Acceptable, in the body
+// contentType406 says) or, if false, to ignore the asking and answer
+// with the whole object all the same. It counts the requests by whether
+// they asked.
+type frontEnd struct {
+	refuse406      bool
+	contentType406 string
+	whole          func(w http.ResponseWriter)
+	asked, plain   atomic.Int32
+}
+
+func (f *frontEnd) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	_, _ = io.ReadAll(r.Body)
+	if strings.Contains(r.Header.Get("Accept"), "as=PartialObjectMetadata") {
+		f.asked.Add(1)
+		if f.refuse406 {
+			w.Header().Set("Content-Type", f.contentType406)
+			w.WriteHeader(http.StatusNotAcceptable)
+			if f.contentType406 == "application/json" {
+				_ = json.NewEncoder(w).Encode(&metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
+					Status: metav1.StatusFailure, Code: http.StatusNotAcceptable, Reason: metav1.StatusReasonNotAcceptable,
+					Message: "only the following media types are accepted: application/json, application/yaml, application/vnd.kubernetes.protobuf"})
+			} else {
+				_, _ = io.WriteString(w, "406 Not Acceptable\n")
+			}
+			return
+		}
+	} else {
+		f.plain.Add(1)
+	}
+	f.whole(w)
+}
+
+// TestMetadataAnswerFallsBack: every write that asks for a metadata-only
+// answer (the status apply, the Deployment create, the Event create)
+// still reads the resourceVersion when a front end ignores the asking and
+// answers with the whole object, and when it refuses the asking with 406,
+// by sending the write again without it; after a 406 the writes no longer
+// ask.
+func TestMetadataAnswerFallsBack(t *testing.T) {
+	bar := newBar("web", "web", 2)
+	status := newStatus(bar, 2, readiness{metav1.ConditionTrue, barv1.ReasonDeploymentAvailable, readyMessage(2, 2, "web")}, fixedNow)
+	wholeBar := func(w http.ResponseWriter) { // a custom resource: JSON only
+		b := bar.DeepCopy()
+		b.ResourceVersion, b.Status = "42", status
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(b)
+	}
+	deployment, err := deploymentObject(withDesiredHash(desiredDeployment(bar)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wholeDeployment := func(w http.ResponseWriter) {
+		d := deployment.DeepCopy()
+		d.TypeMeta = metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"}
+		d.UID, d.ResourceVersion, d.Generation = "d-uid", "42", 1
+		d.Spec.Template.Spec.RestartPolicy = corev1.RestartPolicyAlways // and the rest the API server defaults
+		w.Header().Set("Content-Type", runtime.ContentTypeProtobuf)
+		w.WriteHeader(http.StatusCreated)
+		if err := protobuf.NewSerializer(scheme.Scheme, scheme.Scheme).Encode(d, w); err != nil {
+			t.Error(err)
+		}
+	}
+	event := &eventsv1.Event{ObjectMeta: metav1.ObjectMeta{Name: "web.1", Namespace: "default"}, Reason: EventDeploymentCreated,
+		Action: actionCreate, Note: "Created Deployment web", Type: "Normal", ReportingController: controllerAgentName}
+	wholeEvent := func(w http.ResponseWriter) {
+		e := event.DeepCopy()
+		e.TypeMeta = metav1.TypeMeta{APIVersion: "events.k8s.io/v1", Kind: "Event"}
+		e.UID, e.ResourceVersion = "e-uid", "42"
+		w.Header().Set("Content-Type", runtime.ContentTypeProtobuf)
+		w.WriteHeader(http.StatusCreated)
+		if err := protobuf.NewSerializer(scheme.Scheme, scheme.Scheme).Encode(e, w); err != nil {
+			t.Error(err)
+		}
+	}
+	writes := []struct {
+		name  string
+		whole func(w http.ResponseWriter)
+		write func(url string) (metav1.Object, error)
+	}{
+		{"status apply", wholeBar, func(url string) (metav1.Object, error) {
+			cs, err := clientset.NewForConfig(&rest.Config{Host: url})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return (&Controller{barclientset: cs}).applyStatus(context.Background(), bar, statusApplyConfiguration(bar, &status))
+		}},
+		{"Deployment create", wholeDeployment, func(url string) (metav1.Object, error) {
+			return (&Controller{kubeclientset: protobufClientset(t, url)}).postDeployment(context.Background(), deployment.DeepCopy())
+		}},
+		{"Event create", wholeEvent, func(url string) (metav1.Object, error) {
+			sink := &metadataEventSink{events.EventSinkImpl{Interface: protobufClientset(t, url).EventsV1()}}
+			return sink.Create(context.Background(), event.DeepCopy())
+		}},
+	}
+	for _, w := range writes {
+		for _, fe := range []*frontEnd{
+			{},
+			{refuse406: true, contentType406: "application/json"},
+			{refuse406: true, contentType406: "text/plain"},
+		} {
+			name := fmt.Sprintf("%s, front end refusing with 406 in %s", w.name, fe.contentType406)
+			if !fe.refuse406 {
+				name = w.name + ", front end ignoring as="
+			}
+			t.Run(name, func(t *testing.T) {
+				metadataRefused.Store(false)
+				t.Cleanup(func() { metadataRefused.Store(false) })
+				fe.whole = w.whole
+				srv := httptest.NewServer(fe)
+				defer srv.Close()
+				for range 2 {
+					written, err := w.write(srv.URL)
+					if err != nil {
+						t.Fatalf("write failed: %v", err)
+					}
+					if written.GetResourceVersion() != "42" {
+						t.Errorf("answer read at resourceVersion %q, want 42", written.GetResourceVersion())
+					}
+				}
+				// Ignored: both writes asked, each once. Refused: the
+				// first asked, then was sent again plain; the second no
+				// longer asked.
+				wantAsked, wantPlain := int32(2), int32(0)
+				if fe.refuse406 {
+					wantAsked, wantPlain = 1, 2
+				}
+				if fe.asked.Load() != wantAsked || fe.plain.Load() != wantPlain {
+					t.Errorf("%d requests asked for metadata only, %d did not; want %d and %d", fe.asked.Load(), fe.plain.Load(), wantAsked, wantPlain)
+				}
+			})
+		}
+	}
 }

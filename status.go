@@ -190,14 +190,16 @@ func (c *Controller) applyStatus(ctx context.Context, bar *barv1.Bar, status *ba
 		}
 		return &barv1.Bar{TypeMeta: updated.TypeMeta, ObjectMeta: updated.ObjectMeta}, nil
 	}
-	req, err := apply.NewRequest(client, status)
-	if err != nil {
-		return nil, err
-	}
-	// The query of metav1.ApplyOptions{FieldManager: fieldManager, Force:
-	// true}, written out rather than encoded by reflection.
-	m, err := metadataAnswer(ctx, req.Namespace(bar.Namespace).Resource("bars").Name(bar.Name).SubResource("status").
-		Param("fieldManager", fieldManager).Param("force", "true"))
+	m, err := metadataAnswer(ctx, func() (*rest.Request, error) {
+		req, err := apply.NewRequest(client, status)
+		if err != nil {
+			return nil, err
+		}
+		// The query of metav1.ApplyOptions{FieldManager: fieldManager,
+		// Force: true}, written out rather than encoded by reflection.
+		return req.Namespace(bar.Namespace).Resource("bars").Name(bar.Name).SubResource("status").
+			Param("fieldManager", fieldManager).Param("force", "true"), nil
+	})
 	if err != nil {
 		return nil, err
 	}
