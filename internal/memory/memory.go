@@ -28,6 +28,7 @@ import (
 	"runtime/metrics"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"k8s.io/klog/v2"
@@ -83,13 +84,23 @@ func SetUp(logger klog.Logger, headroomPercent int) {
 }
 
 // gcTuner sets GOGC after each collection from the live heap it found.
-// Only the finalizer goroutine touches it.
+// Its tunes run on the finalizer goroutine.
 type gcTuner struct {
 	logger      klog.Logger
 	percent     int
 	minHeadroom atomic.Uint64 // atomic for tests, which change it
-	current     int
-	stopped     atomic.Bool // for tests: no more tuning after the next collection
+	// setGCPercent is debug.SetGCPercent, or nil for it; tests hold a
+	// tune in it.
+	setGCPercent func(int) int
+
+	// mu is held by a tune from its look at stopped until it has set
+	// GOGC and re-armed, and by stop: so a tune under way when stop is
+	// called has ended when stop returns, and none starts after. A flag
+	// alone (as before) let a tune that had read it set GOGC after stop,
+	// over whatever the caller set next.
+	mu      sync.Mutex
+	stopped bool
+	current int
 }
 
 // gcSentinel is garbage as soon as it is made; its finalizer runs after
@@ -99,12 +110,26 @@ type gcTuner struct {
 type gcSentinel struct{ t *gcTuner }
 
 func (t *gcTuner) arm() {
-	runtime.SetFinalizer(&gcSentinel{t: t}, func(s *gcSentinel) {
-		if !s.t.stopped.Load() {
-			s.t.tune()
-			s.t.arm()
-		}
-	})
+	runtime.SetFinalizer(&gcSentinel{t: t}, func(s *gcSentinel) { s.t.collected() })
+}
+
+// collected runs on the finalizer goroutine after a collection.
+func (t *gcTuner) collected() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.stopped {
+		return
+	}
+	t.tune()
+	t.arm()
+}
+
+// stop ends the tuning for good (the controller never stops it; tests
+// do, and then restore GOGC). A sentinel armed already finds it stopped.
+func (t *gcTuner) stop() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.stopped = true
 }
 
 var liveHeapSample = []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
@@ -116,7 +141,11 @@ func (t *gcTuner) tune() {
 		live = liveHeapSample[0].Value.Uint64()
 	}
 	if p := GCPercent(live, t.percent, t.minHeadroom.Load()); p != t.current {
-		debug.SetGCPercent(p)
+		set := debug.SetGCPercent
+		if t.setGCPercent != nil {
+			set = t.setGCPercent
+		}
+		set(p)
 		t.current = p
 		t.logger.V(4).Info("GOGC set from the live heap", "liveHeap", live, "gogc", p)
 	}

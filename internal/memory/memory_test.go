@@ -20,6 +20,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
+	"sync"
 	"testing"
 	"time"
 )
@@ -100,7 +101,7 @@ func TestGCPercent(t *testing.T) {
 // TestGCTunerSetsGOGC: armed, the tuner sets GOGC after a collection, and
 // again after the next one (it re-arms), from the live heap.
 func TestGCTunerSetsGOGC(t *testing.T) {
-	defer debug.SetGCPercent(debug.SetGCPercent(100))
+	restore := debug.SetGCPercent(100)
 	gogc := []metrics.Sample{{Name: "/gc/gogc:percent"}}
 	waitFor := func(want uint64) {
 		t.Helper()
@@ -116,7 +117,9 @@ func TestGCTunerSetsGOGC(t *testing.T) {
 		}
 	}
 	tuner := &gcTuner{percent: 30, current: 100}
-	defer tuner.stopped.Store(true)
+	// Stopped before GOGC is restored: the restore is the last word.
+	defer debug.SetGCPercent(restore)
+	defer tuner.stop()
 	tuner.arm()
 	waitFor(30)
 	// Set from outside; the tuner, which believes it set 30, does not
@@ -124,4 +127,59 @@ func TestGCTunerSetsGOGC(t *testing.T) {
 	debug.SetGCPercent(70)
 	tuner.minHeadroom.Store(1 << 50)
 	waitFor(100)
+}
+
+// TestGCTunerStopWaitsForATuneUnderWay: a tune the finalizer goroutine
+// has begun when stop is called ends before stop returns, so that what
+// is set after stop (a test's restore of GOGC) is never overwritten by
+// the tuner. Before, stop only kept the next collection from tuning, and
+// a tune under way set GOGC after the restore, leaking it into the tests
+// that followed.
+func TestGCTunerStopWaitsForATuneUnderWay(t *testing.T) {
+	restore := debug.SetGCPercent(100)
+	defer debug.SetGCPercent(restore)
+	entered, release, tuned := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	tuner := &gcTuner{percent: 30, current: 100, setGCPercent: func(p int) int {
+		// The first tune holds here, where it is about to set GOGC,
+		// until the test lets it go on.
+		first := false
+		once.Do(func() {
+			first = true
+			close(entered)
+			<-release
+		})
+		old := debug.SetGCPercent(p)
+		if first {
+			close(tuned)
+		}
+		return old
+	}}
+	tuner.arm()
+	for waiting := true; waiting; {
+		runtime.GC()
+		select {
+		case <-entered:
+			waiting = false
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	stopped := make(chan struct{})
+	go func() {
+		tuner.stop()
+		debug.SetGCPercent(100) // what the test restores once the tuner is stopped
+		close(stopped)
+	}()
+	// stop must wait for the tune under way; give it the time to return
+	// if it does not, then let the tune set its GOGC.
+	select {
+	case <-stopped:
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(release)
+	<-stopped
+	<-tuned
+	if got := debug.SetGCPercent(100); got != 100 {
+		t.Errorf("GOGC %d after stop and the restore, want the restored 100: the tuner set it after it was stopped", got)
+	}
 }
