@@ -18,6 +18,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"reflect"
 	"testing"
 	"unsafe"
@@ -152,4 +153,47 @@ func labelKey(m map[string]string, key string) string {
 		}
 	}
 	return ""
+}
+
+// TestSharingSurvivesATenantsDistinctImages: one tenant's Bars, each with
+// an image of its own and more of them than the table has room for, pass
+// through the Bar transform; the Bars of another tenant decoded after
+// them still share their namespace and their image, and what the
+// controller writes itself (the Ready condition's type and reason) stays
+// shared throughout.
+func TestSharingSurvivesATenantsDistinctImages(t *testing.T) {
+	decode := func(bar *barv1.Bar) *barv1.Bar {
+		raw, err := json.Marshal(bar)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := &barv1.Bar{}
+		if err := json.Unmarshal(raw, out); err != nil {
+			t.Fatal(err)
+		}
+		obj, err := trimBar(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return obj.(*barv1.Bar)
+	}
+	bar := func(ns, name, image string) *barv1.Bar {
+		b := newBar(name, name, 1)
+		b.Namespace, b.Spec.Template.Image = ns, image
+		b.Status = newStatus(b, 1, readiness{metav1.ConditionTrue, barv1.ReasonDeploymentAvailable, "ready"}, fixedNow)
+		return b
+	}
+	for i := range 5000 {
+		decode(bar("tenant-a", fmt.Sprint("a", i), fmt.Sprintf("registry.tenant-a.example/app-%d:1.0", i)))
+	}
+	b1, b2 := decode(bar("tenant-b", "b1", "nginx:1.29.0")), decode(bar("tenant-b", "b2", "nginx:1.29.0"))
+	c1, c2 := b1.Status.Conditions[0], b2.Status.Conditions[0]
+	for name, pair := range map[string][2]string{
+		"namespace": {b1.Namespace, b2.Namespace}, "image": {b1.Spec.Template.Image, b2.Spec.Template.Image},
+		"condition type": {c1.Type, c2.Type}, "condition reason": {c1.Reason, c2.Reason},
+	} {
+		if unsafe.StringData(pair[0]) != unsafe.StringData(pair[1]) {
+			t.Errorf("after 5,000 Bars of distinct images: %s %q not shared", name, pair[0])
+		}
+	}
 }

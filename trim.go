@@ -36,11 +36,21 @@ import (
 // memory it holds for every object it watches, for as long as it runs.
 
 // interned holds the strings the transforms share across objects
-// (internal/intern says which and why). The managed-by label's value is in
-// it from the start: a label value goes in only if it is there already.
-// 4,096 bounds what an unbounded supply of distinct images, namespaces or
-// reasons can cost; past it strings are kept unshared.
-var interned = intern.NewTable(4096, managedByValue)
+// (internal/intern says which and why). Its seed is what the controller
+// itself writes into every object it watches, shared whatever the
+// cluster's users write: the managed-by label's value among them, since a
+// label value goes in only if it is there already. The rest, which users
+// write (images, namespaces, label keys, other writers' reasons), shares
+// 4,096 places, and the table starts again when they are full, so that
+// no supply of distinct strings, a tenant's, stops the sharing for others.
+var interned = intern.NewTable(4096,
+	managedByLabel, managedByValue, barLabel, desiredHashAnnotation, fieldManager, containerName,
+	"apps/v1", "Deployment", barv1.SchemeGroupVersion.String(), "Bar", barv1.DefaultImage,
+	"FieldsV1", string(metav1.ManagedFieldsOperationApply), string(metav1.ManagedFieldsOperationUpdate),
+	barv1.ConditionReady, string(metav1.ConditionTrue), string(metav1.ConditionFalse), string(metav1.ConditionUnknown),
+	barv1.ReasonDeploymentAvailable, barv1.ReasonScaledToZero, barv1.ReasonReplicasUnavailable,
+	barv1.ReasonProgressDeadlineExceeded, barv1.ReasonRenaming, barv1.ReasonDeploymentNotOwned, barv1.ReasonApplyFailed,
+	string(appsv1.DeploymentProgressing))
 
 // trimBar is the Bar informer's transform. It drops managedFields (the
 // controller never reads a Bar's, and they are often a third of an

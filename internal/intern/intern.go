@@ -32,35 +32,53 @@ import (
 // rounding. The transforms (the root package's trim.go) replace them with
 // one shared copy from a Table.
 //
-// The table keeps what it shares for the life of the process, so only
-// strings of which there are few go in: namespaces, label keys, API
+// Only strings of which there are few go in: namespaces, label keys, API
 // versions, kinds, images, managers, condition types and reasons. Names,
 // UIDs and resourceVersions are one per object and never do; a label
 // value is shared only if the table holds it already (a seed, such as the
 // managed-by label's value), or with the object's own name when it is
-// equal. The table stops growing at its limit, so that a cluster with an
-// unbounded supply of any of these pays at most that much: what does not
-// fit is kept unshared, as before.
+// equal.
+//
+// Few, but not few by anyone's promise: images, reasons, label keys and
+// namespaces are what the cluster's users write, and a user can write
+// many distinct ones. So the table holds two sets. The seed, the strings
+// the controller itself writes (its labels, API versions, kinds, manager,
+// reasons), is shared for the life of the process and takes no room. The
+// rest goes in as it comes, up to the limit; at the limit the table
+// starts again, empty but for the seed, instead of refusing what comes
+// next. Before, it refused: the first strings to arrive were kept for
+// good, and a tenant whose 4,096 Bars carried distinct images filled it,
+// so that no string seen after (another tenant's namespace, a new image
+// everyone moves to) was ever shared again, silently. Starting again
+// costs nothing but sharing: an object keeps whatever copy it holds,
+// strings are immutable, and a string still in use goes back into the
+// table the next time an object carries it. What an unbounded supply of
+// distinct strings costs everyone else is one more copy of each of their
+// strings per limit's worth of the supply, never the table.
 
 // Table is a set of shared strings, safe for concurrent use: the three
 // informers' transforms run on their own goroutines.
 type Table struct {
-	mu    sync.RWMutex
-	m     map[string]string
-	limit int
+	seed map[string]string // read-only after NewTable
+
+	mu     sync.RWMutex
+	m      map[string]string
+	limit  int
+	resets int
 }
 
-// NewTable returns a table that holds at most limit strings, seed among them.
+// NewTable returns a table that holds the seed for good and at most
+// limit other strings at a time.
 func NewTable(limit int, seed ...string) *Table {
-	t := &Table{m: make(map[string]string, len(seed)), limit: limit}
+	t := &Table{seed: make(map[string]string, len(seed)), m: map[string]string{}, limit: limit}
 	for _, s := range seed {
-		t.m[s] = s
+		t.seed[s] = s
 	}
 	return t
 }
 
 // String returns the shared copy of s, adding s to the table if it is not
-// there yet and the table has room.
+// there yet (emptying the table of all but the seed first if it is full).
 func (t *Table) String(s string) string {
 	if s == "" {
 		return s
@@ -74,7 +92,8 @@ func (t *Table) String(s string) string {
 		return v
 	}
 	if len(t.m) >= t.limit {
-		return s
+		clear(t.m) // keeps the map's room for what comes next
+		t.resets++
 	}
 	s = strings.Clone(s) // not a slice of some larger buffer the table would keep alive
 	t.m[s] = s
@@ -90,7 +109,18 @@ func (t *Table) Lookup(s string) string {
 	return s
 }
 
+// Resets is how many times the table has started again: how often a
+// supply of distinct strings has filled it.
+func (t *Table) Resets() int {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.resets
+}
+
 func (t *Table) get(s string) (string, bool) {
+	if v, ok := t.seed[s]; ok {
+		return v, true
+	}
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	v, ok := t.m[s]

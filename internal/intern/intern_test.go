@@ -22,29 +22,65 @@ import (
 	"unsafe"
 )
 
-// TestTableLimit: past its limit the table shares what it holds and
-// hands back the rest as they are, so that an endless supply of distinct
-// strings costs at most the limit.
+// fresh is a copy of s of its own, as a decoder makes one per object.
+func fresh(s string) string { return string([]byte(s)) }
+
+func same(a, b string) bool { return unsafe.StringData(a) == unsafe.StringData(b) }
+
+// TestTableLimit: the table holds at most its limit besides the seed;
+// when full it starts again, so that what comes next is shared, and the
+// seed stays shared throughout.
 func TestTableLimit(t *testing.T) {
 	table := NewTable(3, "seed")
+	seed := table.String(fresh("seed"))
 	for i := range 10 {
 		table.String(fmt.Sprint("s", i))
 	}
-	if len(table.m) != 3 {
-		t.Errorf("%d strings held, want the limit of 3", len(table.m))
+	if len(table.m) > 3 {
+		t.Errorf("%d strings held besides the seed, want at most the limit of 3", len(table.m))
 	}
-	s0 := table.String(fmt.Sprint("s", 0))
-	if again := table.String(fmt.Sprint("s", 0)); unsafe.StringData(again) != unsafe.StringData(s0) {
-		t.Error("a string in the table is not shared")
+	if table.Resets() == 0 {
+		t.Error("10 strings went into a table of 3 without it starting again")
 	}
-	s9 := fmt.Sprint("s", 9)
-	if got := table.String(s9); unsafe.StringData(got) != unsafe.StringData(s9) {
-		t.Error("a string past the limit was not handed back as it was")
+	s9 := table.String(fresh("s9"))
+	if again := table.String(fresh("s9")); !same(again, s9) {
+		t.Error("the last string in is not shared")
 	}
-	if got := table.Lookup(fmt.Sprint("s", 1)); got != "s1" || unsafe.StringData(got) != unsafe.StringData(table.m["s1"]) {
+	if again := table.String(fresh("seed")); again != "seed" || !same(again, seed) {
+		t.Error("the seed is not shared after the table started again")
+	}
+	if got := table.Lookup(fresh("s9")); !same(got, s9) {
 		t.Error("lookup does not find what the table holds")
+	}
+	if got := table.Lookup(fresh("seed")); !same(got, seed) {
+		t.Error("lookup does not find the seed")
 	}
 	if table.String("") != "" {
 		t.Error("the empty string changed")
+	}
+}
+
+// TestATenantCannotTurnSharingOff: a tenant whose objects carry more
+// distinct strings than the table's limit (4,096 Bars, each with an image
+// of its own) does not stop strings seen after them from being shared:
+// another namespace's, a new image everyone moves to. Before, the table
+// kept the first 4,096 strings for good and handed everything after back
+// unshared, for every object from then on.
+func TestATenantCannotTurnSharingOff(t *testing.T) {
+	table := NewTable(4096, "bar-controller")
+	for i := range 4096 {
+		table.String(fmt.Sprintf("registry.tenant-a.example/app-%d:1.0", i))
+	}
+	for _, later := range []string{"tenant-b", "nginx:1.29.0", "app.example.com/team"} {
+		a, b := table.String(fresh(later)), table.String(fresh(later))
+		if !same(a, b) {
+			t.Errorf("%q, seen after the tenant's strings, is not shared", later)
+		}
+	}
+	// And the tenant's strings are still shared among the tenant's own
+	// objects the next time they come.
+	img := "registry.tenant-a.example/app-7:1.0"
+	if a, b := table.String(fresh(img)), table.String(fresh(img)); !same(a, b) {
+		t.Errorf("%q is not shared the second time round", img)
 	}
 }
