@@ -36,9 +36,13 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/barcontroller/bar-controller/harness/localcluster"
+	"github.com/barcontroller/bar-controller/internal/memory"
 )
 
 const chart = "bar-controller"
@@ -169,6 +173,7 @@ func TestValuesSchema(t *testing.T) {
 		{[]string{"metrics.port=70000"}, "port"},
 		{[]string{"replica=3"}, "replica"},
 		{[]string{"goMemLimit=lots"}, "goMemLimit"},
+		{[]string{"goMemLimit="}, ""},
 	} {
 		args := []string{"template", "bar-controller", chart, "--namespace", "bar-controller"}
 		for _, s := range tc.set {
@@ -184,6 +189,64 @@ func TestValuesSchema(t *testing.T) {
 			t.Errorf("%v: rendered, want the schema to refuse it", tc.set)
 		case tc.wantErr != "" && !strings.Contains(err.Error(), tc.wantErr):
 			t.Errorf("%v: %v, want an error naming %q", tc.set, err, tc.wantErr)
+		}
+	}
+}
+
+// TestGoMemLimitFollowsTheLimit: with goMemLimit empty (the default) or
+// absent, the chart sets no GOMEMLIMIT and gives the container its own
+// memory limit through the Downward API, from which the controller
+// derives GOMEMLIMIT (internal/memory): so a lowered limits.memory lowers
+// GOMEMLIMIT with it. Before, the schema required goMemLimit, and the
+// default 920MiB stayed GOMEMLIMIT under a 512Mi limit, above it. A
+// goMemLimit that is set is GOMEMLIMIT.
+func TestGoMemLimitFollowsTheLimit(t *testing.T) {
+	helm, _ := tools(t)
+	for _, tc := range []struct {
+		set        []string
+		limit      string // limits.memory rendered
+		goMemLimit string // GOMEMLIMIT rendered, "" for none
+	}{
+		{nil, "1Gi", ""},
+		{[]string{"resources.limits.memory=512Mi"}, "512Mi", ""},
+		{[]string{"resources.limits.memory=512Mi", "goMemLimit=null"}, "512Mi", ""},
+		{[]string{"resources.limits.memory=512Mi", "goMemLimit=400MiB"}, "512Mi", "400MiB"},
+	} {
+		args := []string{"template", "bar-controller", chart, "--namespace", "bar-controller", "--show-only", "templates/deployment.yaml"}
+		for _, s := range tc.set {
+			args = append(args, "--set", s)
+		}
+		out, err := run(t, helm, args...)
+		if err != nil {
+			t.Errorf("%v: %v", tc.set, err)
+			continue
+		}
+		var d appsv1.Deployment
+		if err := sigsyaml.Unmarshal(out, &d); err != nil {
+			t.Fatalf("%v: %v", tc.set, err)
+		}
+		c := d.Spec.Template.Spec.Containers[0]
+		if q := c.Resources.Limits[corev1.ResourceMemory]; q.String() != tc.limit {
+			t.Errorf("%v: limits.memory %s, want %s", tc.set, q.String(), tc.limit)
+		}
+		var goMemLimit string
+		fromLimit := false
+		for _, e := range c.Env {
+			switch e.Name {
+			case "GOMEMLIMIT":
+				goMemLimit = e.Value
+			case memory.LimitEnv:
+				ref := e.ValueFrom
+				fromLimit = ref != nil && ref.ResourceFieldRef != nil && ref.ResourceFieldRef.Resource == "limits.memory" &&
+					(ref.ResourceFieldRef.ContainerName == "" || ref.ResourceFieldRef.ContainerName == c.Name) &&
+					(ref.ResourceFieldRef.Divisor.IsZero() || ref.ResourceFieldRef.Divisor.Value() == 1)
+			}
+		}
+		if goMemLimit != tc.goMemLimit {
+			t.Errorf("%v: GOMEMLIMIT %q, want %q", tc.set, goMemLimit, tc.goMemLimit)
+		}
+		if !fromLimit {
+			t.Errorf("%v: no %s from the container's limits.memory in bytes: %+v", tc.set, memory.LimitEnv, c.Env)
 		}
 	}
 }

@@ -16,11 +16,12 @@ limitations under the License.
 
 // Package memory is bar-controller's garbage-collection policy: how far the
 // heap may grow between collections (GOGC, tuned after every collection)
-// and the soft memory limit (GOMEMLIMIT) taken from the container's cgroup.
-// It is process plumbing that main calls once at start.
+// and the soft memory limit (GOMEMLIMIT) derived from the container's
+// memory limit. It is process plumbing that main calls once at start.
 package memory
 
 import (
+	"fmt"
 	"os"
 	"path"
 	"runtime"
@@ -31,6 +32,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/klog/v2"
 )
 
@@ -46,8 +48,19 @@ import (
 //     but by never less than MinHeadroom, so that a small controller does
 //     not collect more often than Go would for memory nobody misses;
 //   - without GOMEMLIMIT, the soft limit is 90 % of the container's memory
-//     limit (cgroup v2 memory.max), so that the collector works harder near
-//     the limit instead of the kernel killing the container at it.
+//     limit, so that the collector works harder near the limit instead of
+//     the kernel killing the container at it. The limit is the smallest
+//     of what the Pod says ($CONTAINER_MEMORY_LIMIT, which the shipped
+//     manifests and chart fill from limits.memory through the Downward
+//     API) and every cgroup v2 memory.max from the process's cgroup up to
+//     the root of the hierarchy it sees.
+//
+// The manifests used to set GOMEMLIMIT to a literal, about 90 % of the
+// limit beside it; the derivation here then never ran in a shipped
+// install, and an operator who lowered limits.memory (to 512Mi, say) kept
+// GOMEMLIMIT at 920MiB, above the limit: the collector never worked
+// harder before the kernel killed the container. A GOMEMLIMIT that is
+// set, to anything but the empty string, still wins.
 //
 // A lower percent costs CPU: the collector's work per collection is the
 // live heap, and collections come 100/percent times as often as with
@@ -58,19 +71,41 @@ const MinHeadroom = 32 << 20
 
 // memoryLimitShare is the part of the container's memory limit given to
 // the Go runtime's soft limit when GOMEMLIMIT is not set: the rest is for
-// what the runtime does not count (the binary's text, kernel buffers), as
-// the shipped manifests' GOMEMLIMIT (about 90 %, test/e2e checks it).
+// what the runtime does not count (the binary's text, kernel buffers for
+// its sockets), so that a GOMEMLIMIT at the limit itself would leave the
+// OOM killer the last word.
 const memoryLimitShare = 0.9
+
+// LimitEnv names the variable the manifests set to the container's memory
+// limit in bytes, with a resourceFieldRef to limits.memory: the Downward
+// API gives the whole limit (and can give nothing less), the binary takes
+// memoryLimitShare of it. Read before the cgroup because a container that
+// shares its host's cgroup namespace does not always see its own cgroup's
+// files; the smaller of the two counts where both are there.
+const LimitEnv = "CONTAINER_MEMORY_LIMIT"
+
+// SoftLimit is the GOMEMLIMIT SetUp derives from a memory limit of limit
+// bytes.
+func SoftLimit(limit int64) int64 {
+	return int64(float64(limit) * memoryLimitShare)
+}
 
 // SetUp applies the policy above. GOGC or GOMEMLIMIT in the
 // environment take precedence over the part they set.
 func SetUp(logger klog.Logger, headroomPercent int) {
 	// The runtime treats an empty GOGC or GOMEMLIMIT as unset; so does this.
 	if os.Getenv("GOMEMLIMIT") == "" {
-		if limit, ok := containerMemoryLimit(); ok {
-			soft := int64(float64(limit) * memoryLimitShare)
+		procSelfCgroup, _ := os.ReadFile("/proc/self/cgroup")
+		limit, source, err := containerMemoryLimit(os.Getenv(LimitEnv), string(procSelfCgroup), "/sys/fs/cgroup")
+		if err != nil {
+			// A value the binary cannot read is the manifest's mistake:
+			// say so, and go on with what the cgroup says.
+			logger.Error(err, "Ignoring the container's memory limit from the environment", "variable", LimitEnv)
+		}
+		if limit > 0 {
+			soft := SoftLimit(limit)
 			debug.SetMemoryLimit(soft)
-			logger.Info("Memory limit from the container's cgroup", "cgroupLimit", limit, "goMemLimit", soft)
+			logger.Info("Soft memory limit from the container's memory limit", "source", source, "limit", limit, "goMemLimit", soft)
 		}
 	}
 	if os.Getenv("GOGC") != "" || headroomPercent <= 0 {
@@ -164,21 +199,50 @@ func GCPercent(live uint64, percent int, minHeadroom uint64) int {
 	return min(p, max(100, percent))
 }
 
-// containerMemoryLimit is the memory limit of this process's cgroup (v2):
-// its memory.max, found through /proc/self/cgroup; where the container
-// has its own cgroup namespace, that is /sys/fs/cgroup/memory.max itself.
-func containerMemoryLimit() (int64, bool) {
-	dir := "/sys/fs/cgroup"
-	if raw, err := os.ReadFile("/proc/self/cgroup"); err == nil {
-		if p, ok := cgroupV2Path(string(raw)); ok {
-			dir = path.Join(dir, p)
+// containerMemoryLimit is the smallest memory limit that applies to this
+// process, in bytes, and where it was read (0 if none was found): fromEnv
+// (LimitEnv's value, a quantity such as the Downward API's "536870912"),
+// and the memory.max of the cgroup procSelfCgroup names and of each of its
+// ancestors under root, the cgroup v2 mount. A Pod's limit can be on the
+// Pod's cgroup rather than the container's (Pod-level resources), a
+// systemd slice's on the slice, so the leaf alone is not enough; where the
+// container has its own cgroup namespace, it sees only its own cgroup, at
+// root itself. err reports a fromEnv that does not read, which is left
+// out.
+func containerMemoryLimit(fromEnv, procSelfCgroup, root string) (limit int64, source string, err error) {
+	consider := func(n int64, from string) {
+		if n > 0 && (limit == 0 || n < limit) {
+			limit, source = n, from
 		}
 	}
-	raw, err := os.ReadFile(path.Join(dir, "memory.max"))
-	if err != nil {
-		return 0, false
+	if fromEnv != "" {
+		q, perr := resource.ParseQuantity(fromEnv)
+		if perr != nil || q.Sign() <= 0 {
+			err = fmt.Errorf("%s=%q is not a memory limit", LimitEnv, fromEnv)
+		} else {
+			consider(q.Value(), LimitEnv)
+		}
 	}
-	return parseMemoryMax(string(raw))
+	dir := root
+	if p, ok := cgroupV2Path(procSelfCgroup); ok {
+		// A path that climbs out of the mount (a cgroup outside this
+		// namespace's root) names nothing in it: read the root alone.
+		if joined := path.Join(root, p); joined == root || strings.HasPrefix(joined, root+"/") {
+			dir = joined
+		}
+	}
+	for {
+		file := path.Join(dir, "memory.max")
+		if raw, rerr := os.ReadFile(file); rerr == nil {
+			if n, ok := parseMemoryMax(string(raw)); ok {
+				consider(n, file)
+			}
+		}
+		if dir == root {
+			return limit, source, err
+		}
+		dir = path.Dir(dir)
+	}
 }
 
 // cgroupV2Path is the path of the unified hierarchy's cgroup in the

@@ -17,12 +17,17 @@ limitations under the License.
 package memory
 
 import (
+	"math"
+	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
 	"sync"
 	"testing"
 	"time"
+
+	"k8s.io/klog/v2"
 )
 
 func TestParseMemoryMax(t *testing.T) {
@@ -181,5 +186,87 @@ func TestGCTunerStopWaitsForATuneUnderWay(t *testing.T) {
 	<-tuned
 	if got := debug.SetGCPercent(100); got != 100 {
 		t.Errorf("GOGC %d after stop and the restore, want the restored 100: the tuner set it after it was stopped", got)
+	}
+}
+
+// TestContainerMemoryLimit: the smallest of the limit the Pod gives in the
+// environment and every memory.max from the process's cgroup up to the
+// mount, with where it was read.
+func TestContainerMemoryLimit(t *testing.T) {
+	root := t.TempDir()
+	const leaf = "/kubepods.slice/kubepods-pod1.slice/cri-containerd-1a2b.scope"
+	write := func(dir, max string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Join(root, dir), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, dir, "memory.max"), []byte(max+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("/kubepods.slice", "8589934592")                    // the node's allocatable, 8Gi
+	write("/kubepods.slice/kubepods-pod1.slice", "536870912") // Pod-level limit, 512Mi
+	write(leaf, "max")                                        // no container limit of its own
+	procSelfCgroup := "0::" + leaf + "\n"
+	for _, tc := range []struct {
+		name, env, cgroup string
+		want              int64
+		wantSource        string
+		wantErr           bool
+	}{
+		{"an ancestor's limit, the leaf has none", "", procSelfCgroup, 512 << 20, filepath.Join(root, "/kubepods.slice/kubepods-pod1.slice/memory.max"), false},
+		{"the Downward API's, smaller", "268435456", procSelfCgroup, 256 << 20, LimitEnv, false},
+		{"a quantity in the environment", "256Mi", procSelfCgroup, 256 << 20, LimitEnv, false},
+		{"the cgroup's, smaller than the environment's", "1073741824", procSelfCgroup, 512 << 20, filepath.Join(root, "/kubepods.slice/kubepods-pod1.slice/memory.max"), false},
+		{"an unreadable environment: the cgroup's", "lots", procSelfCgroup, 512 << 20, filepath.Join(root, "/kubepods.slice/kubepods-pod1.slice/memory.max"), true},
+		{"the environment alone (no cgroup v2)", "268435456", "4:memory:/x\n", 256 << 20, LimitEnv, false},
+		{"nothing anywhere", "", "4:memory:/x\n", 0, "", false},
+		// A path that climbs out of the mount reads the mount's root alone.
+		{"a path out of the mount", "", "0::/../../etc\n", 0, "", false},
+	} {
+		got, source, err := containerMemoryLimit(tc.env, tc.cgroup, root)
+		if got != tc.want || source != tc.wantSource || (err != nil) != tc.wantErr {
+			t.Errorf("%s: %d from %q (error %v); want %d from %q (error %v)", tc.name, got, source, err, tc.want, tc.wantSource, tc.wantErr)
+		}
+	}
+	// With its own cgroup namespace the container sees its cgroup at the
+	// mount's root.
+	own := t.TempDir()
+	if err := os.WriteFile(filepath.Join(own, "memory.max"), []byte("134217728\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, _, _ := containerMemoryLimit("", "0::/\n", own); got != 128<<20 {
+		t.Errorf("own cgroup namespace: %d, want %d", got, 128<<20)
+	}
+}
+
+// TestSetUpDerivesGOMEMLIMITFromTheContainersLimit: without GOMEMLIMIT,
+// SetUp sets the soft limit to 90 % of the limit the Pod gives it through
+// the Downward API (what the shipped manifests do); with GOMEMLIMIT set,
+// it leaves the runtime's. Before, the binary read the leaf cgroup alone,
+// and the manifests set a literal GOMEMLIMIT that did not follow the limit.
+func TestSetUpDerivesGOMEMLIMITFromTheContainersLimit(t *testing.T) {
+	defer debug.SetMemoryLimit(debug.SetMemoryLimit(-1))
+	const limit = 512 << 20
+	want := int64(limit) * 9 / 10
+	// The test's own cgroup may be smaller still (a CI container's):
+	// then that is the limit that counts.
+	procSelfCgroup, _ := os.ReadFile("/proc/self/cgroup")
+	if own, _, _ := containerMemoryLimit("", string(procSelfCgroup), "/sys/fs/cgroup"); own > 0 && own < limit {
+		want = SoftLimit(own)
+	}
+	t.Setenv("GOMEMLIMIT", "")
+	t.Setenv(LimitEnv, "536870912")
+	debug.SetMemoryLimit(math.MaxInt64)
+	SetUp(klog.Background(), 0)
+	if got := debug.SetMemoryLimit(-1); got != want {
+		t.Errorf("GOMEMLIMIT %d after SetUp with %s=%d, want %d (90 %%)", got, LimitEnv, limit, want)
+	}
+
+	t.Setenv("GOMEMLIMIT", "920MiB") // the runtime read it at start; SetUp must not override what it set
+	debug.SetMemoryLimit(920 << 20)
+	SetUp(klog.Background(), 0)
+	if got := debug.SetMemoryLimit(-1); got != 920<<20 {
+		t.Errorf("GOMEMLIMIT %d after SetUp with GOMEMLIMIT=920MiB, want it left at %d", got, 920<<20)
 	}
 }

@@ -265,37 +265,6 @@ func flood(t *testing.T, env *opsEnv, ns, goMemLimit string, memLimit int64, arg
 	}
 }
 
-// manifestMemory reads GOMEMLIMIT and the memory limit of a Deployment
-// in artifacts/ as shipped, and holds GOMEMLIMIT to the share of the limit
-// TestInstalledGOMEMLIMITLeavesHeadroom holds the installed one's to
-// (80-95%).
-func manifestMemory(t *testing.T, path string) (goMemLimit string, limit int64) {
-	t.Helper()
-	var d appsv1.Deployment
-	readManifest(t, filepath.Join(artifactsDir, path), &d)
-	c := d.Spec.Template.Spec.Containers[0]
-	for _, e := range c.Env {
-		if e.Name == "GOMEMLIMIT" {
-			goMemLimit = e.Value
-		}
-	}
-	if goMemLimit == "" {
-		t.Fatalf("artifacts/%s sets no GOMEMLIMIT", path)
-	}
-	q, ok := c.Resources.Limits["memory"]
-	if !ok {
-		t.Fatalf("artifacts/%s sets no memory limit", path)
-	}
-	goLimit, err := parseGoMemLimit(goMemLimit)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if share := float64(goLimit) / float64(q.Value()); share < 0.8 || share > 0.95 {
-		t.Errorf("artifacts/%s: GOMEMLIMIT %s is %.1f%% of the memory limit %s, want 80-95%%", path, goMemLimit, 100*share, q.String())
-	}
-	return goMemLimit, q.Value()
-}
-
 // peakRSS is a process's peak resident memory in bytes (VmHWM).
 func peakRSS(t *testing.T, pid int) int64 {
 	t.Helper()

@@ -25,8 +25,9 @@ import "math"
 const Tolerance = 0.15
 
 // GOMEMLIMIT is set to this share of the container's memory limit, as the
-// shipped Deployment does (artifacts/install/deployment.yaml: 920MiB of
-// 1Gi): the limit also counts what the Go runtime does not manage.
+// controller sets it from the limit the shipped Deployment gives it
+// (internal/memory.SoftLimit): the limit also counts what the Go runtime
+// does not manage.
 const gomemlimitShare = 0.9
 
 // limitStep is what a memory limit is rounded up to.
