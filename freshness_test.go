@@ -20,6 +20,9 @@ import (
 	"errors"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -77,5 +80,52 @@ func TestWriteTracker(t *testing.T) {
 	tr.forget(key)
 	if err := tr.caughtUp(key); err != nil {
 		t.Errorf("after forget: %v", err)
+	}
+}
+
+// TestNewestDeploymentNeverActsOnTheOlderCopy: in every state the two
+// Deployment caches can be in for one name (either copy or none; three
+// versions; one Deployment or two namesakes; controlled by the Bar or
+// not; labelled, so in the full cache, or not, so in the metadata one),
+// the copy the sync acts on, and so judges drift and the Ready condition
+// on, is never older than the metadata cache's copy of the same
+// Deployment: the sync either acts on the newer copy or waits. Status is
+// judged from the newer copy as ownership is (issue 39 asked whether the
+// older full copy could make Ready=True; it cannot while the metadata
+// cache holds the newer one).
+func TestNewestDeploymentNeverActsOnTheOlderCopy(t *testing.T) {
+	bar := newBar("test", "web", 2)
+	haves := []*appsv1.Deployment{nil}
+	metas := []metav1.Object{nil}
+	for _, rv := range []string{"10", "20", "30"} {
+		for _, uid := range []types.UID{"one", "namesake"} {
+			for _, owned := range []bool{true, false} {
+				d := ownedDeployment(bar)
+				d.ResourceVersion, d.UID = rv, uid
+				if !owned {
+					d.OwnerReferences = nil
+				}
+				haves = append(haves, d)
+				unlabelled := d.DeepCopy()
+				delete(unlabelled.Labels, managedByLabel)
+				m, err := trimDeploymentMetadata(&metav1.PartialObjectMetadata{ObjectMeta: unlabelled.ObjectMeta})
+				if err != nil {
+					t.Fatal(err)
+				}
+				metas = append(metas, m.(metav1.Object))
+			}
+		}
+	}
+	for _, have := range haves {
+		for _, meta := range metas {
+			_, acts, err := newestDeployment(bar, have, meta)
+			if err != nil || acts == nil || meta == nil || acts.UID != meta.GetUID() {
+				continue
+			}
+			if cmp, _ := compareRVs(acts.ResourceVersion, meta.GetResourceVersion()); cmp < 0 {
+				t.Errorf("the sync acts on the full copy at resourceVersion %s though the metadata cache holds %s of the same Deployment",
+					acts.ResourceVersion, meta.GetResourceVersion())
+			}
+		}
 	}
 }
