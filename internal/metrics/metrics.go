@@ -115,6 +115,7 @@ func NewRegistry() *prometheus.Registry {
 	)
 	reg.MustRegister(authCollectors()...)
 	reg.MustRegister(conversionCollectors()...)
+	reg.MustRegister(listenerCollectors()...)
 	reg.MustRegister(certificateCollector{})
 	reg.MustRegister(concurrencyCollectors()...)
 	workqueue.SetProvider(workqueueMetrics{})

@@ -53,50 +53,91 @@ func Serve(ctx context.Context, name, addr string, h http.Handler, tlsConfig *tl
 // CPU profile (/debug/pprof/profile) writes its answer only after the
 // seconds it was asked to sample; endpoints whose answers are quick set
 // one (WithWriteTimeout).
+//
+// ReadHeaderTimeout is short because every caller sends its headers in one
+// write: the API server, the kubelet and Prometheus, a few hundred bytes
+// to a few KiB (a bearer token), which arrive in milliseconds. It also
+// bounds a TLS handshake (net/http takes the least of its timeouts for
+// that). MaxHeaderBytes bounds what a connection can make the server hold
+// before any handler runs: net/http's default, 1 MiB (and 4 KiB of slack),
+// let 100 connections that sent 1 MiB of header lines each and stalled
+// hold 100 MiB of heap. 16 KiB is several times the largest header a
+// caller sends, a Kubernetes bearer token included (a projected
+// ServiceAccount token is about 1 KiB; an OIDC token with many groups a
+// few KiB); a larger one is answered 431.
 const (
-	ReadHeaderTimeout = 10 * time.Second
+	ReadHeaderTimeout = 3 * time.Second
 	ReadTimeout       = 30 * time.Second
 	IdleTimeout       = 90 * time.Second
+	MaxHeaderBytes    = 16 << 10
 )
 
+// DefaultConnLimits bound the connections of an endpoint whose callers
+// are few and call one request at a time: the kubelet's probes, a few
+// Prometheus scrapers. The webhook, which the API server calls as many
+// times at once as it converts, sets its own (WithConnLimits).
+var DefaultConnLimits = ConnLimits{Total: 64, PerSource: 16}
+
 // Option changes one endpoint's server from the defaults above.
-type Option func(*http.Server)
+type Option func(*settings)
+
+type settings struct {
+	srv   *http.Server
+	conns ConnLimits
+}
 
 // WithReadTimeout bounds how long a request's headers and body may take to
 // arrive.
 func WithReadTimeout(d time.Duration) Option {
-	return func(s *http.Server) { s.ReadTimeout = d }
+	return func(s *settings) { s.srv.ReadTimeout = d }
+}
+
+// WithConnLimits replaces DefaultConnLimits.
+func WithConnLimits(l ConnLimits) Option {
+	return func(s *settings) { s.conns = l }
 }
 
 // WithWriteTimeout bounds how long answering a request may take, from the
 // end of its headers until the answer is written: a caller that does not
 // read its answer holds the handler no longer than that.
 func WithWriteTimeout(d time.Duration) Option {
-	return func(s *http.Server) { s.WriteTimeout = d }
+	return func(s *settings) { s.srv.WriteTimeout = d }
 }
 
 // Listen is Serve, always on, and also returns the address it listens on
 // (the port, when addr asked for any with ":0").
 func Listen(ctx context.Context, name, addr string, h http.Handler, tlsConfig *tls.Config, opts ...Option) (net.Addr, func(), error) {
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, nil, fmt.Errorf("%s endpoint: %w", name, err)
-	}
-	bound := l.Addr()
-	scheme := "http"
-	if tlsConfig != nil {
-		l, scheme = tls.NewListener(l, tlsConfig), "https"
-	}
 	// Requests carry the logger, not the cancellation: a scrape in flight
 	// at shutdown ends through Shutdown below.
 	base := context.WithoutCancel(ctx)
 	logger := klog.FromContext(ctx)
-	srv := &http.Server{Handler: h,
+	srv := &http.Server{
 		ReadHeaderTimeout: ReadHeaderTimeout, ReadTimeout: ReadTimeout, IdleTimeout: IdleTimeout,
-		BaseContext: func(net.Listener) context.Context { return base },
-		ErrorLog:    log.New(serverErrors{logger.WithValues("endpoint", name)}, "", 0)}
+		MaxHeaderBytes: MaxHeaderBytes,
+		// HTTP/1.1 only, as every caller speaks it: an HTTP/2 connection
+		// carries up to 250 requests at once, past the connection limits
+		// that bound what one source holds. (The TLS configurations set
+		// no NextProtos either; this says it to net/http too.)
+		TLSNextProto: map[string]func(*http.Server, *tls.Conn, http.Handler){},
+		BaseContext:  func(net.Listener) context.Context { return base },
+		ConnContext:  connContext,
+		ErrorLog:     log.New(serverErrors{logger.WithValues("endpoint", name)}, "", 0)}
+	set := settings{srv: srv, conns: DefaultConnLimits}
 	for _, o := range opts {
-		o(srv)
+		o(&set)
+	}
+	srv.Handler = bodyDeadline(name, srv.ReadTimeout, h)
+	raw, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s endpoint: %w", name, err)
+	}
+	bound := raw.Addr()
+	// Counted and limited below TLS: a refused connection costs no
+	// handshake.
+	var l net.Listener = newLimitListener(raw, name, set.conns)
+	scheme := "http"
+	if tlsConfig != nil {
+		l, scheme = tls.NewListener(l, tlsConfig), "https"
 	}
 	logger.Info("Serving", "endpoint", name, "address", bound.String(), "scheme", scheme)
 	go func() {

@@ -1,0 +1,254 @@
+/*
+Copyright The bar-controller Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package serving
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/barcontroller/bar-controller/internal/metrics"
+)
+
+// client is one keep-alive connection from a source address.
+type client struct {
+	conn net.Conn
+	r    *bufio.Reader
+}
+
+func dialFrom(t *testing.T, src, addr string) *client {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 5 * time.Second}
+	conn, err := d.Dial("tcp", addr)
+	if err != nil {
+		// Reset while connecting: the listener refused it as it came.
+		t.Logf("dialling from %s: %v", src, err)
+		return &client{}
+	}
+	t.Cleanup(func() { conn.Close() })
+	return &client{conn: conn, r: bufio.NewReader(conn)}
+}
+
+// get sends one request on the connection and returns its status code,
+// or 0 if the connection was closed instead: once it answered, the server
+// has accepted the connection and counts it.
+func (c *client) get() int {
+	if c.conn == nil {
+		return 0
+	}
+	_ = c.conn.SetDeadline(time.Now().Add(10 * time.Second)) // a hang bound: answers take microseconds
+	if _, err := io.WriteString(c.conn, "GET / HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		return 0
+	}
+	resp, err := http.ReadResponse(c.r, nil)
+	if err != nil {
+		return 0
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// listenerCounts scrapes this process's listener metrics for endpoint.
+func listenerCounts(t *testing.T, endpoint string) map[string]float64 {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	metrics.Handler(metrics.NewRegistry(), false).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	out := map[string]float64{}
+	for _, line := range strings.Split(rec.Body.String(), "\n") {
+		name, value, ok := strings.Cut(line, " ")
+		if !ok || !strings.HasPrefix(name, "bar_controller_listener_") || !strings.Contains(name, `endpoint="`+endpoint+`"`) {
+			continue
+		}
+		v, err := strconv.ParseFloat(value, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		name = strings.Replace(name, `endpoint="`+endpoint+`",`, "", 1)
+		out[strings.Replace(name, `{endpoint="`+endpoint+`"}`, "{}", 1)] = v
+	}
+	return out
+}
+
+// On a real listener: past its share a source's connection is refused;
+// when the listener is full, a source with fewer connections takes the
+// oldest of the source with the most, and never from a source with as
+// few as its own but one; each closing is counted by reason, and the
+// connections open are a gauge.
+func TestConnLimits(t *testing.T) {
+	endpoint := "conns-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, "ok") })
+	addr, stop, err := Listen(context.Background(), endpoint, "127.0.0.1:0", ok, nil, WithConnLimits(ConnLimits{Total: 4, PerSource: 3}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	a := addr.String()
+
+	var flood []*client
+	for i := range 3 {
+		c := dialFrom(t, "127.0.0.2", a)
+		if code := c.get(); code != http.StatusOK {
+			t.Fatalf("connection %d of 127.0.0.2, within its share: %d", i+1, code)
+		}
+		flood = append(flood, c)
+	}
+	if code := dialFrom(t, "127.0.0.2", a).get(); code != 0 {
+		t.Errorf("a fourth connection of 127.0.0.2, past its share of 3: answered %d, want closed", code)
+	}
+	other := dialFrom(t, "127.0.0.3", a)
+	if code := other.get(); code != http.StatusOK {
+		t.Fatalf("127.0.0.3's first connection: %d", code)
+	}
+	// The listener is full (4). 127.0.0.3 holds 1, 127.0.0.2 holds 3:
+	// 127.0.0.2's oldest gives way.
+	if code := dialFrom(t, "127.0.0.3", a).get(); code != http.StatusOK {
+		t.Fatalf("127.0.0.3's second connection, the listener full: %d, want 200 (an eviction)", code)
+	}
+	if code := flood[0].get(); code != 0 {
+		t.Errorf("127.0.0.2's oldest connection answered %d after the eviction, want closed", code)
+	}
+	for i, c := range flood[1:] {
+		if code := c.get(); code != http.StatusOK {
+			t.Errorf("127.0.0.2's connection %d: %d, want still open", i+2, code)
+		}
+	}
+	// 2 and 2: nobody gives way to a third.
+	if code := dialFrom(t, "127.0.0.3", a).get(); code != 0 {
+		t.Errorf("127.0.0.3's third connection, 2 and 2 open: answered %d, want closed", code)
+	}
+	if code := other.get(); code != http.StatusOK {
+		t.Errorf("127.0.0.3's first connection after its third was refused: %d", code)
+	}
+
+	got := listenerCounts(t, endpoint)
+	for name, want := range map[string]float64{
+		`bar_controller_listener_connections_refused_total{reason="per_source"}`: 1,
+		`bar_controller_listener_connections_refused_total{reason="evicted"}`:    1,
+		`bar_controller_listener_connections_refused_total{reason="total"}`:      1,
+		`bar_controller_listener_connections{}`:                                  4,
+	} {
+		if got[name] != want {
+			t.Errorf("%s = %v, want %v (all: %v)", name, got[name], want, got)
+		}
+	}
+}
+
+// A connection that never gets a request to a handler is counted as
+// unserved when it ends; one that did is not.
+func TestUnservedConnectionsAreCounted(t *testing.T) {
+	endpoint := "unserved-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, "ok") })
+	addr, stop, err := Listen(context.Background(), endpoint, "127.0.0.1:0", ok, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	served := dialFrom(t, "127.0.0.1", addr.String())
+	if code := served.get(); code != http.StatusOK {
+		t.Fatal(code)
+	}
+	served.conn.Close()
+	// A header over MaxHeaderBytes: answered 431 by net/http, no handler.
+	big := dialFrom(t, "127.0.0.1", addr.String())
+	if big.conn == nil {
+		t.Fatal("no connection")
+	}
+	fmt.Fprintf(big.conn, "GET / HTTP/1.1\r\nHost: x\r\nX-Big: %s\r\n\r\n", strings.Repeat("a", 2*MaxHeaderBytes))
+	if resp, err := http.ReadResponse(big.r, nil); err != nil || resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+		t.Errorf("a header of %d bytes: %v %v, want 431", 2*MaxHeaderBytes, resp, err)
+	}
+	// Both connections end (net/http holds one it answered 431 for half a
+	// second); then the count is final. 10 s: a hang bound.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if listenerCounts(t, endpoint)[`bar_controller_listener_connections{}`] == 0 || time.Now().After(deadline) {
+			// Scraped again: a scrape collects its metrics side by side,
+			// so the one that saw the gauge drop may have read the
+			// counter just before it was counted.
+			got := listenerCounts(t, endpoint)
+			if n := got[`bar_controller_listener_connections_unserved_total{}`]; n != 1 {
+				t.Errorf("unserved connections: %v, want 1 (%v)", n, got)
+			}
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// What one connection can make the server hold before any handler runs,
+// at worst: over TLS, a header just under MaxHeaderBytes, never ended.
+// The connection limits are sized by it (internal/conversion's
+// connLimits). Measured with the clients' side of the connections in the
+// same heap, so an upper bound: about 60 KiB per connection.
+func TestConnectionMemory(t *testing.T) {
+	cfg, err := TLSConfig("", "127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 100
+	addr, stop, err := Listen(context.Background(), "memory", "127.0.0.1:0", http.NotFoundHandler(), cfg,
+		WithConnLimits(ConnLimits{Total: n, PerSource: n}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	live := func() uint64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc + m.StackInuse
+	}
+	before := live()
+	header := "GET / HTTP/1.1\r\nHost: x\r\nX-Pad: " + strings.Repeat("a", MaxHeaderBytes-64) + "\r\n"
+	for range n {
+		conn, err := tls.Dial("tcp", addr.String(), &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // a self-signed test server
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		if _, err := io.WriteString(conn, header); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The server reads the headers as they come: the heap grows until it
+	// has read them all, then stays. The samples stop before the server
+	// cuts the headers off (ReadHeaderTimeout).
+	var grown uint64
+	for deadline := time.Now().Add(ReadHeaderTimeout / 2); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		g := live() - before
+		if g > 0 && g <= grown {
+			break
+		}
+		grown = g
+	}
+	per := grown / n
+	t.Logf("%d KiB per connection holding a header of %d bytes over TLS (server and client)", per>>10, len(header))
+	if per > 96<<10 {
+		t.Errorf("a connection holds %d KiB before any handler runs, want at most 96 KiB (what the limits are sized by)", per>>10)
+	}
+}
