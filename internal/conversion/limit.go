@@ -17,6 +17,7 @@ limitations under the License.
 package conversion
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/http"
@@ -27,27 +28,39 @@ import (
 	"github.com/barcontroller/bar-controller/internal/metrics"
 )
 
-// What one caller of the webhook can make a replica hold is bounded here,
-// before a byte of the body is read. The webhook's Service is reachable
-// from every Pod unless a NetworkPolicy says otherwise
-// (artifacts/install/networkpolicy.yaml), it has no client authentication,
-// and every replica that serves it is a leader candidate: a replica killed
-// for its memory takes conversion, and perhaps the Lease, with it.
+// What one caller of the webhook can make a replica hold is bounded here
+// and in the listener (internal/serving: headers, connections, the pace of
+// a body). The webhook's Service is reachable from every Pod unless a
+// NetworkPolicy says otherwise (artifacts/networkpolicy), it has no client
+// authentication, and every replica that serves it is a leader candidate:
+// a replica killed for its memory takes conversion, and perhaps the
+// Lease, with it.
 //
 // A review's memory is a few times its body (the body, the objects' raw
 // copies in the decoded review, the converted objects, the encoded answer),
-// so the bound is on bodies: every request reserves its Content-Length
-// (at least minReservation, so small requests are bounded in number too)
-// from a budget of the process, and the share one client address may hold
-// is a part of it. A request that does not fit is answered 429 with
-// Retry-After, unread: waiting would hold a goroutine and a connection per
-// request of a flood. The per-address share is what keeps the API server
-// converting while one Pod floods: the API server calls from its own
-// addresses, and a flood of slow bodies from elsewhere holds at most that
-// Pod's share until the server's read timeout ends each of its requests.
-// Many Pods flooding at once can still take the whole budget (and get
-// 429s, not the replica's memory); the NetworkPolicy is the defence
-// against them.
+// so the bound is on bodies: a budget of the process, of which one client
+// address may hold a share. A request reserves minReservation when it is
+// admitted, and more only as its body arrives: its buffer grows (doubling,
+// up to its declared length) and every growth is reserved first. So a
+// declared Content-Length costs nothing until its bytes come: a request
+// that declares 4 MiB and sends none holds 4 KiB, until the listener cuts
+// it (serving.BodyGrace), and to hold n bytes a caller must send them and
+// keep sending at serving.MinBodyRate. The share bounds what one address
+// holds that way: one review of the largest size, so two addresses that
+// both send their share at full rate, again and again, are the fewest
+// that can fill the budget; before, two that sent nothing could
+// (issue 39).
+//
+// A request that does not fit, at its admission or at a growth, is
+// answered 429 with Retry-After, and its connection closed: waiting would
+// hold a goroutine and a connection per request of a flood, and the API
+// server retries a 429. The API server calls from addresses of its own, so
+// a flood from elsewhere leaves it the rest of the budget; its calls are
+// told apart by nothing else (it presents no client certificate unless
+// its admission configuration gives it one, and the body is the caller's
+// to write). Many addresses flooding at once can still take the whole
+// budget (and get 429s, not the replica's memory); the NetworkPolicy is
+// the defence against them.
 const (
 	// maxRequestBytes bounds one review. The API server sends one object
 	// for a read or a write (at most its request limit, 3 MiB, and etcd
@@ -56,23 +69,24 @@ const (
 	// client-go's 500 Bars are about 1-3 MB. A larger review is refused
 	// (413), and the list that caused it must be paged smaller.
 	maxRequestBytes = 4 << 20
-	// budgetBytes is the Content-Length all requests in flight may
-	// reserve together. A review's peak memory is about 5.5 times its
-	// body (TestWebhookFlood in test/e2e: with a budget of 12 MiB full of
-	// reviews converted at once, a replica's peak resident memory went
-	// from 34 MiB to 92 and 106 MiB in two runs; with this one, to 66 and
-	// 79 MiB), so 8 MiB is about 45 MiB at worst: well within
-	// the conversion-only Pod's GOMEMLIMIT (115 MiB) over its 34 MiB at
-	// rest, and a fraction of the controller's headroom.
+	// budgetBytes is what all requests in flight may reserve together. A
+	// review's peak memory is about 5.5 times its body (TestWebhookFlood
+	// in test/e2e: with a budget of 12 MiB full of reviews converted at
+	// once, a replica's peak resident memory went from 34 MiB to 92 and
+	// 106 MiB in two runs; with this one, to 66 and 79 MiB), so 8 MiB is
+	// about 45 MiB at worst: well within the conversion-only Pod's
+	// GOMEMLIMIT (115 MiB) over its 34 MiB at rest, and a fraction of the
+	// controller's headroom.
 	budgetBytes = 8 << 20
+	// minReservation is what a request holds before its body arrives: the
+	// first piece of its buffer. The listener's connection limits bound how
+	// many such requests one address has in flight (64, 256 KiB of its
+	// share).
+	minReservation = 4 << 10
 	// addressShare: the most of the budget one client address may hold:
-	// one review of the largest size and more, and a quarter of the
-	// budget (128 small reviews) always left to the other addresses.
-	addressShare = budgetBytes * 3 / 4
-	// minReservation makes small requests count: at most budgetBytes /
-	// minReservation (512) requests in flight, 384 of them from one
-	// address.
-	minReservation = 16 << 10
+	// one review of the largest size (its buffer is a byte longer than
+	// its body, the room to see the body's end) and a first piece more.
+	addressShare = maxRequestBytes + 2*minReservation
 	// busyRetryAfter is what a refused caller is told to wait: requests
 	// in flight end within the server's read and write timeouts, most of
 	// them in milliseconds.
@@ -93,7 +107,7 @@ func newBudget(total, perAddress int64) *budget {
 	return &budget{total: total, perAddress: perAddress, byAddress: map[string]int64{}}
 }
 
-// reserve takes n bytes for a request from addr, or returns false.
+// reserve takes n bytes more for a request from addr, or returns false.
 func (b *budget) reserve(addr string, n int64) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -116,6 +130,36 @@ func (b *budget) release(addr string, n int64) {
 	metrics.SetConversionReserved(b.reserved)
 }
 
+// claim is what one request has reserved. The request's handler grows it
+// (readBody) and limited releases it when the handler returns.
+type claim struct {
+	b    *budget
+	addr string
+	n    int64
+}
+
+// growTo reserves what the request needs to hold n bytes in all, or
+// returns false.
+func (c *claim) growTo(n int64) bool {
+	if n <= c.n {
+		return true
+	}
+	if !c.b.reserve(c.addr, n-c.n) {
+		return false
+	}
+	c.n = n
+	return true
+}
+
+type claimKey struct{}
+
+// claimOf is the request's claim, or nil: the Converter alone, without
+// limited in front of it, reads bodies unbudgeted.
+func claimOf(r *http.Request) *claim {
+	c, _ := r.Context().Value(claimKey{}).(*claim)
+	return c
+}
+
 // limited serves h only to requests that fit the budget and declare a
 // body the webhook would read.
 func limited(b *budget, h http.Handler) http.Handler {
@@ -123,9 +167,6 @@ func limited(b *budget, h http.Handler) http.Handler {
 		start := time.Now()
 		refuse := func(result string, code int, msg string) {
 			metrics.RecordConversion(result, 0, time.Since(start))
-			if code == http.StatusTooManyRequests {
-				w.Header().Set("Retry-After", strconv.Itoa(int(busyRetryAfter/time.Second)))
-			}
 			// The body is left unread: the server closes the connection
 			// rather than read on for the next request.
 			w.Header().Set("Connection", "close")
@@ -136,24 +177,31 @@ func limited(b *budget, h http.Handler) http.Handler {
 			refuse(metrics.ConversionInvalid, http.StatusMethodNotAllowed, "only POST")
 			return
 		case r.ContentLength < 0:
-			// The API server always sends a length; without one the
-			// budget could not be reserved before reading.
+			// The API server always sends a length; without one a body
+			// could not be refused for its size before it is read.
 			refuse(metrics.ConversionInvalid, http.StatusLengthRequired, "a ConversionReview needs a Content-Length")
 			return
 		case r.ContentLength > maxRequestBytes:
 			refuse(metrics.ConversionTooLarge, http.StatusRequestEntityTooLarge, tooLarge(r.ContentLength))
 			return
 		}
-		n := max(r.ContentLength, minReservation)
-		addr := clientAddress(r.RemoteAddr)
-		if !b.reserve(addr, n) {
-			refuse(metrics.ConversionBusy, http.StatusTooManyRequests,
-				"the webhook has as many reviews in flight as it may hold; retry")
+		c := &claim{b: b, addr: clientAddress(r.RemoteAddr)}
+		if !c.growTo(minReservation) {
+			metrics.RecordConversion(metrics.ConversionBusy, 0, time.Since(start))
+			refuseBusy(w)
 			return
 		}
-		defer b.release(addr, n)
-		h.ServeHTTP(w, r)
+		defer func() { b.release(c.addr, c.n) }()
+		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), claimKey{}, c)))
 	})
+}
+
+// refuseBusy answers 429: the budget, or the caller's share of it, is
+// full. The connection is closed, with what is left of the body unread.
+func refuseBusy(w http.ResponseWriter) {
+	w.Header().Set("Retry-After", strconv.Itoa(int(busyRetryAfter/time.Second)))
+	w.Header().Set("Connection", "close")
+	http.Error(w, "the webhook has as many reviews in flight as it may hold; retry", http.StatusTooManyRequests)
 }
 
 func tooLarge(n int64) string {

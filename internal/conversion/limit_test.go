@@ -18,6 +18,7 @@ package conversion
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -111,5 +112,46 @@ func TestConverterRefusesOversizeBody(t *testing.T) {
 	NewConverter().ServeHTTP(rec, req)
 	if rec.Code != http.StatusRequestEntityTooLarge || !strings.Contains(rec.Body.String(), "over the webhook's limit") {
 		t.Errorf("%d %q, want 413 naming the limit", rec.Code, rec.Body.String())
+	}
+}
+
+// A request's claim grows with the bytes that arrive, not with the length
+// it declares: a body that arrives whole within the address's share is
+// read; one whose bytes would take the address past its share is refused
+// 429 as they come, with Retry-After, and everything it reserved is given
+// back.
+func TestClaimGrowsWithTheBody(t *testing.T) {
+	share := int64(256 << 10)
+	b := newBudget(4*share, share)
+	got := make(chan int, 1)
+	srv := httptest.NewServer(limited(b, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := readBody(w, r)
+		if errors.Is(err, errBusy) {
+			refuseBusy(w)
+			got <- -1
+			return
+		}
+		got <- len(body)
+	})))
+	defer srv.Close()
+	post := func(n int) *http.Response {
+		t.Helper()
+		resp, err := srv.Client().Post(srv.URL+Path, "application/json", bytes.NewReader(bytes.Repeat([]byte("x"), n)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+	if resp := post(200 << 10); resp.StatusCode != http.StatusOK || <-got != 200<<10 {
+		t.Errorf("a body within the share: %d", resp.StatusCode)
+	}
+	// Its buffer doubles from 4 KiB: 512 KiB for 300 KiB, past the share.
+	if resp := post(300 << 10); resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "1" || <-got != -1 {
+		t.Errorf("a body past the share: %d, Retry-After %q; want 429, 1", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	if b.reserved != 0 || len(b.byAddress) != 0 {
+		t.Errorf("budget after every request ended: %d bytes, %v", b.reserved, b.byAddress)
 	}
 }

@@ -87,14 +87,11 @@ func start(ctx context.Context, o Options, kube kubernetes.Interface, ext apiext
 		Validity: webhookcert.DefaultValidity, RotateBefore: webhookcert.DefaultRotateBefore,
 		Period: o.CertSyncPeriod, Grace: o.CertGracePeriod,
 	}
-	mux := http.NewServeMux()
-	mux.Handle(Path, limited(newBudget(budgetBytes, addressShare), NewConverter()))
 	// Until the keeper has loaded a pair, handshakes fail (GetCertificate
 	// errs), and the API server retries with its next request: nothing is
 	// served under a certificate the CRD does not trust.
 	tlsConfig := &tls.Config{GetCertificate: keeper.GetCertificate, MinVersion: tls.VersionTLS12}
-	addr, stopServing, err := serving.Listen(ctx, "conversion-webhook", o.BindAddress, mux, tlsConfig,
-		serving.WithReadTimeout(bodyTimeout), serving.WithWriteTimeout(answerTimeout))
+	addr, stopServing, err := serving.Listen(ctx, "conversion-webhook", o.BindAddress, handler(NewConverter()), tlsConfig, listenOptions()...)
 	if err != nil {
 		return nil, err
 	}
@@ -108,6 +105,32 @@ func start(ctx context.Context, o Options, kube kubernetes.Interface, ext apiext
 		stopKeeper()
 		wg.Wait()
 	}}, nil
+}
+
+// handler is the webhook as it is served: c, the Converter, behind the
+// body budget (limit.go).
+func handler(c http.Handler) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle(Path, limited(newBudget(budgetBytes, addressShare), c))
+	return mux
+}
+
+// connLimits bound the webhook's connections. The API server holds one
+// per conversion call in flight (HTTP/1.1) and keeps some open between
+// calls; a call takes milliseconds, so 64 at once from one address is
+// more than it needs, and a refused one is reset, which it retries. 256
+// in all hold about 15 MiB at most over TLS (internal/serving's
+// TestConnectionMemory: about 60 KiB each with a header just under the
+// limit), and take four addresses at their share to fill, after which the
+// sources share them evenly (serving.ConnLimits): a flood from a few Pods
+// leaves the API server its connections.
+var connLimits = serving.ConnLimits{Total: 256, PerSource: 64}
+
+// listenOptions are the webhook listener's bounds beyond serving's
+// defaults.
+func listenOptions() []serving.Option {
+	return []serving.Option{serving.WithReadTimeout(bodyTimeout), serving.WithWriteTimeout(answerTimeout),
+		serving.WithConnLimits(connLimits)}
 }
 
 // servedLeaf is the certificate keeper serves, or nil: its expiry is a

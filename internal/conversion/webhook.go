@@ -75,6 +75,11 @@ func (c *Converter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, err := readBody(w, r)
 	if err != nil {
 		var tooBig *http.MaxBytesError
+		if errors.Is(err, errBusy) {
+			metrics.RecordConversion(metrics.ConversionBusy, 0, time.Since(start))
+			refuseBusy(w)
+			return
+		}
 		if errors.As(err, &tooBig) {
 			metrics.RecordConversion(metrics.ConversionTooLarge, 0, time.Since(start))
 			http.Error(w, tooLarge(r.ContentLength), http.StatusRequestEntityTooLarge)
@@ -158,22 +163,38 @@ func (c *Converter) convertOne(raw []byte, target schema.GroupVersion, decoder r
 	return out, nil
 }
 
-// readBody reads a request's body, at most maxRequestBytes of it, into one
-// buffer of its declared length (io.ReadAll's growing buffer would hold up
-// to twice the bytes at its last copy). The bytes read are counted as they
-// arrive, so a flood's cost shows in the metrics whether its requests
-// finish or not.
+// errBusy: the budget had no room for the body's next bytes (limit.go).
+var errBusy = errors.New("the webhook's budget is full")
+
+// readBody reads a request's body, at most maxRequestBytes of it. Its
+// buffer grows as the bytes arrive, doubling up to the declared length,
+// and every growth is reserved from the request's claim first (limit.go):
+// a declared length costs nothing until its bytes come. Doubling copies
+// each byte about once more, and briefly holds the last buffer beside the
+// new one (half its size): io.ReadAll's growth, but without a last copy
+// past the declared length. The bytes read are counted as they arrive, so
+// a flood's cost shows in the metrics whether its requests finish or not.
 func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	body := countingReader{http.MaxBytesReader(w, r.Body, maxRequestBytes)}
-	size := r.ContentLength
-	if size < 0 || size > maxRequestBytes {
-		size = 0 // unknown or refused: grow as bytes come, up to the limit
-	}
 	// One byte more than declared: the read that finds the end needs room.
-	buf := make([]byte, 0, size+1)
+	end := r.ContentLength + 1
+	if r.ContentLength < 0 || r.ContentLength > maxRequestBytes {
+		end = maxRequestBytes + 1 // unknown or refused: up to the limit
+	}
+	c := claimOf(r)
+	var buf []byte
 	for {
 		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)]
+			size := min(max(2*int64(cap(buf)), minReservation), end)
+			if size <= int64(cap(buf)) {
+				size = int64(cap(buf)) + minReservation // past the declared end: MaxBytesReader decides
+			}
+			if c != nil && !c.growTo(size) {
+				return nil, errBusy
+			}
+			grown := make([]byte, len(buf), size)
+			copy(grown, buf)
+			buf = grown
 		}
 		n, err := body.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
