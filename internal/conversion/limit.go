@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"sync"
 	"time"
@@ -58,9 +59,13 @@ import (
 // a flood from elsewhere leaves it the rest of the budget; its calls are
 // told apart by nothing else (it presents no client certificate unless
 // its admission configuration gives it one, and the body is the caller's
-// to write). Many addresses flooding at once can still take the whole
-// budget (and get 429s, not the replica's memory); the NetworkPolicy is
-// the defence against them.
+// to write). Where the operator knows the addresses it calls from
+// (--conversion-webhook-api-server-cidrs), requests from them have no
+// share and the others together leave apiServerRoom of the budget to
+// them: no number of other addresses can then refuse the API server a
+// review. Without that, many addresses flooding at once can still take the
+// whole budget (and get 429s, not the replica's memory); the NetworkPolicy
+// is the defence against them.
 const (
 	// maxRequestBytes bounds one review. The API server sends one object
 	// for a read or a write (at most its request limit, 3 MiB, and etcd
@@ -87,6 +92,9 @@ const (
 	// one review of the largest size (its buffer is a byte longer than
 	// its body, the room to see the body's end) and a first piece more.
 	addressShare = maxRequestBytes + 2*minReservation
+	// apiServerRoom is what the other addresses leave of the budget to the
+	// API server's, when they are named: one review of the largest size.
+	apiServerRoom = addressShare
 	// busyRetryAfter is what a refused caller is told to wait: requests
 	// in flight end within the server's read and write timeouts, most of
 	// them in milliseconds.
@@ -97,22 +105,51 @@ const (
 // client address.
 type budget struct {
 	total, perAddress int64
+	// apiServer are the API server's addresses, if the operator named
+	// them: no share for them, and apiServerRoom left to them.
+	apiServer []netip.Prefix
 
 	mu        sync.Mutex
 	reserved  int64
+	others    int64 // reserved from addresses not in apiServer, when it is set
 	byAddress map[string]int64
 }
 
-func newBudget(total, perAddress int64) *budget {
-	return &budget{total: total, perAddress: perAddress, byAddress: map[string]int64{}}
+func newBudget(total, perAddress int64, apiServer []netip.Prefix) *budget {
+	return &budget{total: total, perAddress: perAddress, apiServer: apiServer, byAddress: map[string]int64{}}
+}
+
+// fromAPIServer says whether addr is one of the API server's named
+// addresses.
+func (b *budget) fromAPIServer(addr string) bool {
+	a, err := netip.ParseAddr(addr)
+	if err != nil {
+		return false
+	}
+	for _, p := range b.apiServer {
+		if p.Contains(a.Unmap()) {
+			return true
+		}
+	}
+	return false
 }
 
 // reserve takes n bytes more for a request from addr, or returns false.
 func (b *budget) reserve(addr string, n int64) bool {
+	apiServer := b.fromAPIServer(addr)
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.reserved+n > b.total || b.byAddress[addr]+n > b.perAddress {
+	if b.reserved+n > b.total {
 		return false
+	}
+	if !apiServer {
+		if b.byAddress[addr]+n > b.perAddress {
+			return false
+		}
+		if len(b.apiServer) > 0 && b.others+n > b.total-apiServerRoom {
+			return false
+		}
+		b.others += n
 	}
 	b.reserved += n
 	b.byAddress[addr] += n
@@ -121,9 +158,13 @@ func (b *budget) reserve(addr string, n int64) bool {
 }
 
 func (b *budget) release(addr string, n int64) {
+	apiServer := b.fromAPIServer(addr)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.reserved -= n
+	if !apiServer {
+		b.others -= n
+	}
 	if b.byAddress[addr] -= n; b.byAddress[addr] <= 0 {
 		delete(b.byAddress, addr) // a map of only the addresses in flight
 	}

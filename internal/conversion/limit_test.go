@@ -32,7 +32,7 @@ import (
 // share the answer is 429 with Retry-After, while another address still
 // gets through; a finished request gives its bytes back.
 func TestLimited(t *testing.T) {
-	b := newBudget(4*minReservation, 2*minReservation)
+	b := newBudget(4*minReservation, 2*minReservation, nil)
 	entered := make(chan struct{})
 	hold := make(chan struct{})
 	var read atomic.Int64
@@ -122,7 +122,7 @@ func TestConverterRefusesOversizeBody(t *testing.T) {
 // back.
 func TestClaimGrowsWithTheBody(t *testing.T) {
 	share := int64(256 << 10)
-	b := newBudget(4*share, share)
+	b := newBudget(4*share, share, nil)
 	got := make(chan int, 1)
 	srv := httptest.NewServer(limited(b, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, err := readBody(w, r)

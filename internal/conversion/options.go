@@ -20,6 +20,7 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"net/netip"
 	"strings"
 	"time"
 
@@ -57,12 +58,16 @@ type Options struct {
 	// long a new CA is in the CRD's caBundle before a certificate it
 	// signed is served, and a superseded one stays (webhookcert.Keeper).
 	CertSyncPeriod, CertGracePeriod time.Duration
+	// APIServerCIDRs are the addresses the API server calls the webhook
+	// from, if the operator knows them: they get room in the body budget
+	// and connections that no other address can take (limit.go).
+	APIServerCIDRs []netip.Prefix
 	// Only serves the webhook and nothing else: no informers, no leader
 	// election, no syncs. For rolling the controller back to a release
 	// without a webhook while the CRD stores v1 (artifacts/conversion-only).
 	Only bool
 
-	secret, certNames string // the flags' values, until Complete
+	secret, certNames, apiServerCIDRs string // the flags' values, until Complete
 }
 
 // AddFlags registers the webhook's flags.
@@ -74,6 +79,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.secret, "conversion-webhook-secret", "", "namespace/name of the Secret the replicas keep the webhook's certificate in (shipped empty, filled by the controller). Default: <the Pod's namespace>/"+SecretName+".")
 	fs.BoolVar(&o.Only, "conversion-webhook-only", false, "Serve only the conversion webhook and the probes: watch nothing, sync nothing. For keeping conversion served while a release without a webhook runs the controller (a rollback; artifacts/conversion-only).")
 	fs.StringVar(&o.certNames, "conversion-webhook-cert-names", "", "Comma-separated DNS names or IP addresses the API server calls the webhook by; the certificate is valid for each (and for the names other replicas sharing the Secret need). Default: "+ServiceName+".<namespace of the Secret>.svc and .svc.cluster.local.")
+	fs.StringVar(&o.apiServerCIDRs, "conversion-webhook-api-server-cidrs", "", "Comma-separated CIDRs that only the API server calls the webhook from (e.g. the control plane's node addresses). Requests from them have no per-address share of the webhook's body budget, one largest review's room in it that no other address can take, and connections no other address can take. Empty: the API server is one address among others.")
 	fs.DurationVar(&o.CertSyncPeriod, "conversion-webhook-cert-sync-period", webhookcert.DefaultPeriod, "How often each replica reads the webhook's Secret and the CRD's caBundle once its certificate is served and trusted.")
 	fs.DurationVar(&o.CertGracePeriod, "conversion-webhook-cert-grace-period", webhookcert.DefaultGrace, "How long a new CA is in the CRD's caBundle before any replica serves a certificate it signed, and how long a superseded CA stays there. At least twice --conversion-webhook-cert-sync-period, so every replica reads the Secret in between.")
 }
@@ -98,6 +104,20 @@ func (o *Options) Complete(namespace string) error {
 	}
 	if o.CertGracePeriod < 2*o.CertSyncPeriod {
 		return fmt.Errorf("--conversion-webhook-cert-grace-period %v is less than twice --conversion-webhook-cert-sync-period %v: a replica could still serve a certificate when its CA leaves the caBundle", o.CertGracePeriod, o.CertSyncPeriod)
+	}
+	o.APIServerCIDRs = nil
+	for _, c := range strings.Split(o.apiServerCIDRs, ",") {
+		if c = strings.TrimSpace(c); c == "" {
+			continue
+		}
+		p, err := netip.ParsePrefix(c)
+		if err != nil {
+			return fmt.Errorf("--conversion-webhook-api-server-cidrs: %w", err)
+		}
+		if p.Bits() == 0 {
+			return fmt.Errorf("--conversion-webhook-api-server-cidrs: %s would trust every address, and bound none", c)
+		}
+		o.APIServerCIDRs = append(o.APIServerCIDRs, p.Masked())
 	}
 	o.SecretNamespace, o.SecretName = namespace, SecretName
 	if o.secret != "" {

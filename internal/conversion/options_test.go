@@ -98,3 +98,41 @@ func TestOptions(t *testing.T) {
 		}
 	}
 }
+
+// --conversion-webhook-api-server-cidrs: CIDRs, masked, spaces and empty
+// items ignored; a single address needs its /32 or /128; a prefix of
+// every address is refused, as it would bound no caller.
+func TestAPIServerCIDRs(t *testing.T) {
+	for _, tc := range []struct{ value, want, wantErr string }{
+		{value: "", want: ""},
+		{value: "10.0.0.5/32, 192.168.7.9/24 ,,fd00::1/64", want: "10.0.0.5/32,192.168.7.0/24,fd00::/64"},
+		{value: "10.0.0.5", wantErr: "no '/'"},
+		{value: "0.0.0.0/0", wantErr: "would trust every address"},
+		{value: "::/0", wantErr: "would trust every address"},
+	} {
+		var o Options
+		fs := flag.NewFlagSet("test", flag.ContinueOnError)
+		o.AddFlags(fs)
+		if err := fs.Parse([]string{"--conversion-webhook-api-server-cidrs=" + tc.value}); err != nil {
+			t.Fatal(err)
+		}
+		err := o.Complete("ctl-ns")
+		if tc.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("%q: %v, want an error with %q", tc.value, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%q: %v", tc.value, err)
+			continue
+		}
+		var got []string
+		for _, p := range o.APIServerCIDRs {
+			got = append(got, p.String())
+		}
+		if strings.Join(got, ",") != tc.want {
+			t.Errorf("%q: %v, want %s", tc.value, got, tc.want)
+		}
+	}
+}

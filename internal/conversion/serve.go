@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -91,7 +92,7 @@ func start(ctx context.Context, o Options, kube kubernetes.Interface, ext apiext
 	// errs), and the API server retries with its next request: nothing is
 	// served under a certificate the CRD does not trust.
 	tlsConfig := &tls.Config{GetCertificate: keeper.GetCertificate, MinVersion: tls.VersionTLS12}
-	addr, stopServing, err := serving.Listen(ctx, "conversion-webhook", o.BindAddress, handler(NewConverter()), tlsConfig, listenOptions()...)
+	addr, stopServing, err := serving.Listen(ctx, "conversion-webhook", o.BindAddress, handler(NewConverter(), o.APIServerCIDRs), tlsConfig, listenOptions(o.APIServerCIDRs)...)
 	if err != nil {
 		return nil, err
 	}
@@ -108,10 +109,10 @@ func start(ctx context.Context, o Options, kube kubernetes.Interface, ext apiext
 }
 
 // handler is the webhook as it is served: c, the Converter, behind the
-// body budget (limit.go).
-func handler(c http.Handler) http.Handler {
+// body budget (limit.go), which leaves room to apiServer's addresses.
+func handler(c http.Handler, apiServer []netip.Prefix) http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle(Path, limited(newBudget(budgetBytes, addressShare), c))
+	mux.Handle(Path, limited(newBudget(budgetBytes, addressShare, apiServer), c))
 	return mux
 }
 
@@ -127,10 +128,12 @@ func handler(c http.Handler) http.Handler {
 var connLimits = serving.ConnLimits{Total: 256, PerSource: 64}
 
 // listenOptions are the webhook listener's bounds beyond serving's
-// defaults.
-func listenOptions() []serving.Option {
+// defaults; apiServer's addresses are trusted with connections.
+func listenOptions(apiServer []netip.Prefix) []serving.Option {
+	limits := connLimits
+	limits.Trusted = apiServer
 	return []serving.Option{serving.WithReadTimeout(bodyTimeout), serving.WithWriteTimeout(answerTimeout),
-		serving.WithConnLimits(connLimits)}
+		serving.WithConnLimits(limits)}
 }
 
 // servedLeaf is the certificate keeper serves, or nil: its expiry is a

@@ -19,6 +19,7 @@ package serving
 import (
 	"context"
 	"net"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 
@@ -37,6 +38,20 @@ type ConnLimits struct {
 	// source cannot hold the listener, and a few cannot hold it together,
 	// since at Total the source holding the most gives way (below).
 	PerSource int
+	// Trusted are addresses the operator says only the API server calls
+	// from: none of their connections is refused for PerSource or given
+	// way, and at Total one of them takes the oldest connection of the
+	// other source holding the most.
+	Trusted []netip.Prefix
+}
+
+func (l ConnLimits) trusted(src netip.Addr) bool {
+	for _, p := range l.Trusted {
+		if p.Contains(src) {
+			return true
+		}
+	}
+	return false
 }
 
 // limitListener enforces ConnLimits as it accepts. A connection over
@@ -61,10 +76,12 @@ type limitListener struct {
 	mu       sync.Mutex
 	open     int
 	bySource map[string][]*limitedConn // oldest first
+	trusted  map[string]bool           // the sources connected now that ConnLimits.Trusted holds
 }
 
 func newLimitListener(l net.Listener, endpoint string, limits ConnLimits) *limitListener {
-	return &limitListener{Listener: l, endpoint: endpoint, limits: limits, bySource: map[string][]*limitedConn{}}
+	return &limitListener{Listener: l, endpoint: endpoint, limits: limits,
+		bySource: map[string][]*limitedConn{}, trusted: map[string]bool{}}
 }
 
 // Accept returns the next connection within the limits; the ones it
@@ -92,28 +109,32 @@ func (l *limitListener) Accept() (net.Conn, error) {
 // admit decides on c: admitted (and perhaps an open connection to close
 // for it), or refused and why.
 func (l *limitListener) admit(c net.Conn) (admitted, victim *limitedConn, reason string) {
-	src := sourceOf(c.RemoteAddr())
+	src, addr := sourceOf(c.RemoteAddr())
+	trusted := l.limits.trusted(addr)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	mine := len(l.bySource[src])
-	if l.limits.PerSource > 0 && mine >= l.limits.PerSource {
+	if !trusted && l.limits.PerSource > 0 && mine >= l.limits.PerSource {
 		return nil, nil, metrics.ListenerRefusedSource
 	}
 	if l.limits.Total > 0 && l.open >= l.limits.Total {
 		heaviest, most := "", 0
 		for s, conns := range l.bySource {
-			if len(conns) > most {
+			if len(conns) > most && !l.trusted[s] {
 				heaviest, most = s, len(conns)
 			}
 		}
 		// Only a source that would still hold more than this one after
 		// giving way gives way: two sources never take turns evicting
-		// each other.
-		if most <= mine+1 {
+		// each other. A trusted source takes from any other.
+		if most == 0 || (!trusted && most <= mine+1) {
 			return nil, nil, metrics.ListenerRefusedTotal
 		}
 		victim = l.bySource[heaviest][0]
 		l.forgetLocked(victim)
+	}
+	if trusted {
+		l.trusted[src] = true
 	}
 	admitted = &limitedConn{Conn: c, l: l, source: src}
 	l.bySource[src] = append(l.bySource[src], admitted)
@@ -136,7 +157,8 @@ func (l *limitListener) forgetLocked(c *limitedConn) {
 		}
 	}
 	if len(conns) == 0 {
-		delete(l.bySource, c.source) // a map of the sources connected now, no more
+		delete(l.bySource, c.source) // maps of the sources connected now, no more
+		delete(l.trusted, c.source)
 	} else {
 		l.bySource[c.source] = conns
 	}
@@ -197,16 +219,14 @@ func resetConn(c net.Conn) {
 }
 
 // sourceOf is the address a connection comes from, without its port: one
-// Pod, one source, however many connections it opens.
-func sourceOf(a net.Addr) string {
-	if tcp, ok := a.(*net.TCPAddr); ok {
-		return tcp.IP.String()
+// Pod, one source, however many connections it opens. An IPv4 address
+// mapped into IPv6 (a dual-stack socket) is its IPv4 address.
+func sourceOf(a net.Addr) (string, netip.Addr) {
+	if ap, err := netip.ParseAddrPort(a.String()); err == nil {
+		addr := ap.Addr().Unmap()
+		return addr.String(), addr
 	}
-	host, _, err := net.SplitHostPort(a.String())
-	if err != nil {
-		return a.String()
-	}
-	return host
+	return a.String(), netip.Addr{}
 }
 
 type connKey struct{}

@@ -25,6 +25,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"runtime"
 	"strconv"
 	"strings"
@@ -250,5 +251,49 @@ func TestConnectionMemory(t *testing.T) {
 	t.Logf("%d KiB per connection holding a header of %d bytes over TLS (server and client)", per>>10, len(header))
 	if per > 96<<10 {
 		t.Errorf("a connection holds %d KiB before any handler runs, want at most 96 KiB (what the limits are sized by)", per>>10)
+	}
+}
+
+// An address the operator names (the API server's) is not held to
+// PerSource, is never the one to give way, and takes a connection of
+// another source when the listener is full.
+func TestConnLimitsTrusted(t *testing.T) {
+	endpoint := "trusted-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, "ok") })
+	limits := ConnLimits{Total: 4, PerSource: 2, Trusted: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}}
+	addr, stop, err := Listen(context.Background(), endpoint, "127.0.0.1:0", ok, nil, WithConnLimits(limits))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	a := addr.String()
+	var apiServer []*client
+	for i := range 3 {
+		c := dialFrom(t, "127.0.0.1", a)
+		if code := c.get(); code != http.StatusOK {
+			t.Fatalf("the trusted address's connection %d, past PerSource 2: %d, want 200", i+1, code)
+		}
+		apiServer = append(apiServer, c)
+	}
+	flood := dialFrom(t, "127.0.0.2", a)
+	if code := flood.get(); code != http.StatusOK {
+		t.Fatalf("127.0.0.2's first connection: %d", code)
+	}
+	// Full (4): the trusted address takes 127.0.0.2's, though it holds
+	// more than 127.0.0.2 does.
+	if code := dialFrom(t, "127.0.0.1", a).get(); code != http.StatusOK {
+		t.Fatalf("the trusted address's fourth connection, the listener full: %d, want 200", code)
+	}
+	if code := flood.get(); code != 0 {
+		t.Errorf("127.0.0.2's connection answered %d after the trusted address needed it, want closed", code)
+	}
+	// Only trusted connections are open: nobody gives way to 127.0.0.2.
+	if code := dialFrom(t, "127.0.0.2", a).get(); code != 0 {
+		t.Errorf("127.0.0.2's connection, the listener full of trusted ones: answered %d, want closed", code)
+	}
+	for i, c := range apiServer {
+		if code := c.get(); code != http.StatusOK {
+			t.Errorf("the trusted address's connection %d: %d, want still open", i+1, code)
+		}
 	}
 }
