@@ -22,9 +22,10 @@ limitations under the License.
 //   - each platform's image (internal/image, as make image-tar builds it)
 //     and one OCI image index over them, pushed to --registry or written
 //     as an OCI layout under <out>/oci;
-//   - install.yaml and install-namespaced.yaml, artifacts/ and
-//     artifacts/namespaced rendered with kubectl kustomize and naming the
-//     image by the index's digest;
+//   - install.yaml, install-conversion-webhook.yaml and
+//     install-namespaced.yaml, artifacts/, artifacts/conversion-webhook
+//     (with the CRD and its policies) and artifacts/namespaced rendered
+//     with kubectl kustomize and naming the image by the index's digest;
 //   - the Helm chart, charts/bar-controller packaged as
 //     bar-controller-X.Y.Z.tgz with the release's version and the image by
 //     the same digest (chart.go, no helm needed);

@@ -24,24 +24,35 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strings"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 )
 
-// manifest is one rendered install: a kustomization in artifacts/ and the
-// file it becomes.
+// manifest is one rendered install: a kustomization in artifacts/, files
+// of artifacts/ rendered with it, and the file it becomes.
 type manifest struct {
 	base, file, apply string
+	// with are files of artifacts/ that are no kustomization's
+	// (artifacts/kustomization.yaml is the only one that can name the CRD,
+	// being the only one above it), copied into the overlay so that
+	// kustomize's load restrictions allow them.
+	with []string
 }
 
 // manifests are what a release ships to apply. install.yaml is
 // artifacts/, the CRD and the controller (what kubectl apply -k artifacts/
 // applies); install-namespaced.yaml is the namespaced overlay, which
 // leaves out the cluster-wide CRD by design (artifacts/namespaced says
-// why), so it is applied after install.yaml's CRD or a CRD of its own.
+// why); install-conversion-webhook.yaml is what a cluster admin applies
+// once for namespaced installs: the CRD, its admission policies, and the
+// conversion webhook that keeps its caBundle (artifacts/conversion-webhook).
 var manifests = []manifest{
 	{base: "", file: "install.yaml", apply: "kubectl apply --server-side -f install.yaml"},
-	{base: "namespaced", file: "install-namespaced.yaml", apply: "kubectl apply --server-side -f install-namespaced.yaml  # after the CRD; see artifacts/namespaced"},
+	{base: "conversion-webhook", file: "install-conversion-webhook.yaml",
+		apply: "kubectl apply --server-side -f install-conversion-webhook.yaml  # once per cluster, for namespaced installs",
+		with:  []string{"crd/barcontroller.dev_bars.yaml", "admission/bars.barcontroller.dev.yaml", "admission/crd-changes.barcontroller.dev.yaml"}},
+	{base: "namespaced", file: "install-namespaced.yaml", apply: "kubectl apply --server-side -f install-namespaced.yaml  # after install-conversion-webhook.yaml"},
 }
 
 // imageLine is an image a rendered manifest runs.
@@ -67,15 +78,30 @@ func renderManifests(ctx context.Context, kubectl, artifacts, out, repo string, 
 		if err != nil {
 			return err
 		}
+		// The files first, as kubectl apply -f takes them: the CRD before
+		// the policies that name it.
+		var resources strings.Builder
+		for _, f := range m.with {
+			data, err := os.ReadFile(filepath.Join(artifacts, f))
+			if err != nil {
+				return err
+			}
+			name := filepath.Base(f)
+			if err := os.WriteFile(filepath.Join(overlay, name), data, 0o644); err != nil {
+				return err
+			}
+			fmt.Fprintf(&resources, "- %s\n", name)
+		}
+		fmt.Fprintf(&resources, "- %s", base)
 		kustomization := fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
 resources:
-- %s
+%s
 images:
 - name: bar-controller
   newName: %s
   digest: %s
-`, base, repo, digest)
+`, resources.String(), repo, digest)
 		if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(kustomization), 0o644); err != nil {
 			return err
 		}

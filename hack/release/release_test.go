@@ -110,7 +110,7 @@ func TestReleaseIsReproducible(t *testing.T) {
 	if !bytes.Equal(sums[0], sums[1]) {
 		t.Errorf("the bundles differ:\n%s\n%s", sums[0], sums[1])
 	}
-	for _, f := range []string{"install.yaml", "install-namespaced.yaml", "RELEASE_NOTES.md", "image.txt",
+	for _, f := range []string{"install.yaml", "install-namespaced.yaml", "install-conversion-webhook.yaml", "RELEASE_NOTES.md", "image.txt",
 		"bar-controller-linux-amd64", "bar-controller-linux-arm64",
 		"bar-controller-linux-amd64.spdx.json", "bar-controller-linux-arm64.spdx.json", chartFile(cfg.version)} {
 		if !bytes.Contains(sums[0], []byte("  "+f+"\n")) {
@@ -162,7 +162,7 @@ func checkBundle(t *testing.T, dir string, cfg config, res *result) {
 		f.Close()
 	}
 
-	for _, file := range []string{"install.yaml", "install-namespaced.yaml"} {
+	for _, file := range []string{"install.yaml", "install-namespaced.yaml", "install-conversion-webhook.yaml"} {
 		data, err := os.ReadFile(filepath.Join(dir, file))
 		if err != nil {
 			t.Fatal(err)
@@ -170,7 +170,7 @@ func checkBundle(t *testing.T, dir string, cfg config, res *result) {
 		if err := pinnedTo(data, "bar-controller@"+res.index.String()); err != nil {
 			t.Errorf("%s: %v", file, err)
 		}
-		if hasCRD := bytes.Contains(data, []byte("\nkind: CustomResourceDefinition\n")); hasCRD != (file == "install.yaml") {
+		if hasCRD := bytes.Contains(data, []byte("\nkind: CustomResourceDefinition\n")); hasCRD == (file == "install-namespaced.yaml") {
 			t.Errorf("%s holds the CRD: %v", file, hasCRD)
 		}
 		checkUninstallSelector(t, file, data)

@@ -17,6 +17,7 @@ limitations under the License.
 package e2e
 
 import (
+	"context"
 	"crypto/tls"
 	"net/http"
 	"os"
@@ -38,15 +39,17 @@ import (
 // watches, as shipped.
 const namespacedNS = "bar-apps"
 
-// TestOpsNamespacedInstall applies artifacts/namespaced as shipped and
-// runs the controller under its ServiceAccount with its Deployment's
-// flags: Bars in its namespace converge, Bars elsewhere are not touched,
-// and the ServiceAccount can do nothing to objects outside its namespace.
+// TestOpsNamespacedInstall applies what a cluster admin installs once (the
+// CRD, its admission policies, artifacts/conversion-webhook) and
+// artifacts/namespaced as shipped, and runs each under its ServiceAccount
+// with its Deployment's flags: Bars in the namespace converge and convert,
+// Bars elsewhere are not touched, and the namespace's ServiceAccount can do
+// nothing to objects outside its namespace, the CRD least of all.
 func TestOpsNamespacedInstall(t *testing.T) {
 	env, elsewhere := setupOps(t)
 	ctx := t.Context()
 	crd := filepath.Join(artifactsDir, "crd")
-	if _, err := env.cluster.Kubectl(ctx, "apply", "--server-side", "-f", crd); err != nil {
+	if _, err := env.cluster.Kubectl(ctx, "apply", "--server-side", "-f", crd, "-f", filepath.Join(artifactsDir, "admission")); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := env.cluster.Kubectl(ctx, "wait", "--for=condition=Established", "--timeout=60s", "-f", crd); err != nil {
@@ -57,13 +60,16 @@ func TestOpsNamespacedInstall(t *testing.T) {
 		metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	out, err := env.cluster.Kubectl(ctx, "apply", "--server-side", "-k", filepath.Join(artifactsDir, "namespaced"))
-	if err != nil {
-		t.Fatal(err)
+	for _, k := range []string{"conversion-webhook", "namespaced"} {
+		out, err := env.cluster.Kubectl(ctx, "apply", "--server-side", "-k", filepath.Join(artifactsDir, k))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(out, "Warning") {
+			t.Errorf("kubectl apply -k artifacts/%s warned:\n%s", k, out)
+		}
 	}
-	if strings.Contains(out, "Warning") {
-		t.Errorf("kubectl apply warned:\n%s", out)
-	}
+	t.Cleanup(func() { _, _ = env.cluster.Kubectl(context.Background(), "apply", "--server-side", "-k", artifactsDir) })
 	sa := "system:serviceaccount:" + namespacedNS + ":bar-controller"
 	checkNothingClusterWide(t, env, sa, elsewhere)
 
@@ -85,12 +91,26 @@ func TestOpsNamespacedInstall(t *testing.T) {
 	if !containsArg(args, "--namespace="+namespacedNS) {
 		t.Fatalf("the overlay's Deployment runs with %v, want --namespace=%s", args, namespacedNS)
 	}
-	if !containsArg(d.Spec.Template.Spec.Containers[0].Args, "--conversion-webhook-bind-address=:9443") {
-		t.Fatalf("the overlay's Deployment runs with %v, want the conversion webhook on", d.Spec.Template.Spec.Containers[0].Args)
+	if !containsArg(d.Spec.Template.Spec.Containers[0].Args, "--conversion-webhook-bind-address=0") {
+		t.Fatalf("the overlay's Deployment runs with %v, want the conversion webhook off", d.Spec.Template.Spec.Containers[0].Args)
 	}
-	// The webhook on a local port the CRD points at, the certificate in
-	// the overlay's Secret, kept through the overlay's RBAC.
-	args = append(args, localWebhook(t, env, namespacedNS)...)
+	// The cluster's conversion webhook, on a local port the CRD points
+	// at, with the flags of artifacts/conversion-webhook's Deployment,
+	// under the cluster install's ServiceAccount, which keeps the
+	// caBundle.
+	conv, err := env.kube.AppsV1().Deployments(installNamespace).Get(ctx, "bar-controller-conversion", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var convArgs []string
+	for _, a := range conv.Spec.Template.Spec.Containers[0].Args {
+		if !strings.HasPrefix(a, "--health-probe-bind-address") && !strings.HasPrefix(a, "--conversion-webhook-bind-address") {
+			convArgs = append(convArgs, a)
+		}
+	}
+	clusterKubeconfig, _ := env.serviceAccountConfig(t)
+	converter := startController(t, "namespaced-conversion", clusterKubeconfig, append(convArgs, localWebhook(t, env, installNamespace)...)...)
+	converter.waitProbe(t, "/readyz", 200)
 	// The shipped default, HTTPS behind the API server's reviews: the
 	// auth-delegator binding must be enough for them.
 	args = append(args, "--metrics-secure=true", "--leader-elect-lease-namespace="+namespacedNS)
@@ -114,6 +134,10 @@ func TestOpsNamespacedInstall(t *testing.T) {
 	waitOpsConverged(t, env, namespacedNS, bar.Name)
 	waitEvent(t, env, bar, "DeploymentCreated", 1)
 	checkConvertedRead(t, env, namespacedNS, bar.Name, bar.Spec.Deployment.Name)
+
+	// A Pod in the namespace runs as this ServiceAccount if it likes: it
+	// may change nothing of the CRD every namespace shares.
+	checkCRDRefused(t, env, saConfig(t, env, namespacedNS, "bar-controller"), sa, "cannot patch resource", false)
 
 	// Elsewhere: no Deployment, no status.
 	if _, err := env.kube.AppsV1().Deployments(elsewhere).Get(ctx, other.Spec.Deployment.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
@@ -167,8 +191,14 @@ func checkNothingClusterWide(t *testing.T, env *opsEnv, sa, elsewhere string) {
 		{"get", "secrets", "-n", namespacedNS},
 		{"get", "secrets/other", "-n", namespacedNS},
 		{"get", "secrets/bar-controller-webhook", "-n", elsewhere},
+		{"get", "secrets/bar-controller-webhook", "-n", namespacedNS},
 		{"patch", "customresourcedefinitions.apiextensions.k8s.io/other.example.com"},
 		{"list", "customresourcedefinitions.apiextensions.k8s.io"},
+		// The CRD every namespace shares: no grant at all.
+		{"get", "customresourcedefinitions.apiextensions.k8s.io/" + barCRD},
+		{"patch", "customresourcedefinitions.apiextensions.k8s.io/" + barCRD},
+		{"update", "customresourcedefinitions.apiextensions.k8s.io/" + barCRD},
+		{"patch", "customresourcedefinitions.apiextensions.k8s.io/" + barCRD, "--subresource=status"},
 	} {
 		if canI(q...) {
 			t.Errorf("%s can %v, want no", sa, q)
@@ -180,19 +210,13 @@ func checkNothingClusterWide(t *testing.T, env *opsEnv, sa, elsewhere string) {
 		{"patch", "bars.barcontroller.dev", "--subresource=status", "-n", namespacedNS},
 		{"create", "tokenreviews.authentication.k8s.io"},
 		{"create", "subjectaccessreviews.authorization.k8s.io"},
-		// The conversion webhook's certificate: its Secret, and the CRD's
-		// caBundle (the one cluster-scoped object it may touch).
-		{"get", "secrets/bar-controller-webhook", "-n", namespacedNS},
-		{"update", "secrets/bar-controller-webhook", "-n", namespacedNS},
-		{"get", "customresourcedefinitions.apiextensions.k8s.io/bars.barcontroller.dev"},
-		{"patch", "customresourcedefinitions.apiextensions.k8s.io/bars.barcontroller.dev"},
 	} {
 		if !canI(q...) {
 			t.Errorf("%s cannot %v, want yes", sa, q)
 		}
 	}
-	// The whole list, outside the namespace: nothing but the two reviews,
-	// the Bar CRD by name, and what any authenticated user may, which a
+	// The whole list, outside the namespace: nothing but the two reviews
+	// and what any authenticated user may, which a
 	// ServiceAccount bound to nothing shows (discovery, self reviews, ...).
 	list := func(user string) map[string]string {
 		t.Helper()
@@ -218,9 +242,6 @@ func checkNothingClusterWide(t *testing.T, env *opsEnv, sa, elsewhere string) {
 	got := list(sa)
 	for resource, line := range got {
 		if everyone[resource] == line || resource == "tokenreviews.authentication.k8s.io" || resource == "subjectaccessreviews.authorization.k8s.io" {
-			continue
-		}
-		if resource == "customresourcedefinitions.apiextensions.k8s.io" && line == resource+" [] [bars.barcontroller.dev] [get patch]" {
 			continue
 		}
 		t.Errorf("outside its namespace %s may: %s", sa, line)
@@ -281,14 +302,14 @@ func TestNamespacedOverlayOneSetting(t *testing.T) {
 	}
 	for _, want := range []string{
 		"name: bar-controller-auth-delegator.team-a",
-		"name: bar-controller-webhook.team-a",
 		"--namespace=$(POD_NAMESPACE)",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("rendered overlay lacks %q:\n%s", want, out)
 		}
 	}
-	for _, unwanted := range []string{namespacedNS, ".NAMESPACE", "namespace: NAMESPACE", "namespace: bar-controller\n", "kind: Namespace\n"} {
+	for _, unwanted := range []string{namespacedNS, ".NAMESPACE", "namespace: NAMESPACE", "namespace: bar-controller\n", "kind: Namespace\n",
+		"bar-controller-webhook", "customresourcedefinitions"} {
 		if strings.Contains(out, unwanted) {
 			t.Errorf("rendered overlay still has %q:\n%s", unwanted, out)
 		}

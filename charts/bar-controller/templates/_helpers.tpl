@@ -36,3 +36,16 @@ subjects:
   name: bar-controller
   namespace: {{ .Release.Namespace }}
 {{- end }}
+
+{{/*
+Whether this release serves the CRD's conversion webhook: "true" or empty.
+Never with namespaceScoped: the webhook's certificate keeper patches the
+CRD, which every namespace shares, and a tenant who may create Pods in
+the release's namespace could run as its ServiceAccount. The cluster's
+admin serves conversion (artifacts/conversion-webhook, docs/security.md).
+*/}}
+{{- define "bar-controller.webhook" -}}
+{{- if and .Values.webhook.enabled (not .Values.namespaceScoped) -}}
+true
+{{- end -}}
+{{- end }}
