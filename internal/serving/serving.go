@@ -74,8 +74,13 @@ const (
 
 // DefaultConnLimits bound the connections of an endpoint whose callers
 // are few and call one request at a time: the kubelet's probes, a few
-// Prometheus scrapers. The webhook, which the API server calls as many
-// times at once as it converts, sets its own (WithConnLimits).
+// Prometheus scrapers, each keeping a connection per target. 64 hold about
+// 4 MiB at most over TLS (TestConnectionMemory). The metrics endpoint's
+// token filter (internal/apiauth) still answers a flood of tokens with its
+// own 429s within them: test/faults' TestMetricsAuthFlood, 200 requests a
+// second from 8 addresses, got no connection reset. The webhook, which
+// the API server calls as many times at once as it converts, sets its own
+// (WithConnLimits).
 var DefaultConnLimits = ConnLimits{Total: 64, PerSource: 16}
 
 // Option changes one endpoint's server from the defaults above.
