@@ -91,6 +91,12 @@ type Options struct {
 	ReturningRate     float64
 	ReturningBurst    int
 	ReturningInFlight int
+	// RotatingRate, RotatingBurst and RotatingInFlight bound the reviews
+	// of new tokens from addresses a scraper was allowed from recently
+	// (limit.go, the rotating lane).
+	RotatingRate     float64
+	RotatingBurst    int
+	RotatingInFlight int
 	// AccessRate, AccessBurst and AccessInFlight bound the access
 	// reviews.
 	AccessRate     float64
@@ -106,10 +112,14 @@ type Options struct {
 
 // Rate and Burst are what all the lanes together may send: a client's own
 // rate limiter set to them never delays a review the lanes admitted.
-func (o Options) Rate() float64 { return o.NewcomerRate + o.ReturningRate + o.AccessRate }
+func (o Options) Rate() float64 {
+	return o.NewcomerRate + o.RotatingRate + o.ReturningRate + o.AccessRate
+}
 
 // Burst: see Rate.
-func (o Options) Burst() int { return o.NewcomerBurst + o.ReturningBurst + o.AccessBurst }
+func (o Options) Burst() int {
+	return o.NewcomerBurst + o.RotatingBurst + o.ReturningBurst + o.AccessBurst
+}
 
 // DefaultOptions suit Prometheus scraping every few seconds: a scraper
 // costs one token review (the returning lane) and one access review per
@@ -118,13 +128,14 @@ func (o Options) Burst() int { return o.NewcomerBurst + o.ReturningBurst + o.Acc
 // second (plus a burst of 10) whatever its rate, and one address at most 1
 // a second; a flood from one accepted identity at most 1 review a second
 // in each of the returning and access lanes (plus a burst of 5), leaving
-// the rest of them to the others. The lanes together send at most 10 a
-// second, plus a burst of 30, as the filter's own client did before the
-// returning lane was split in two.
+// the rest of them to the others. A scraper whose token rotated has a
+// lane of its own, 1 a second (plus a burst of 2), that no flood reaches.
+// The lanes together send at most 11 a second, plus a burst of 32.
 func DefaultOptions() Options {
 	return Options{
 		Timeout:      5 * time.Second,
 		NewcomerRate: 5, NewcomerBurst: 10, NewcomerInFlight: 2,
+		RotatingRate: 1, RotatingBurst: 2, RotatingInFlight: 1,
 		ClientRate: 1, ClientBurst: 5,
 		ReturningRate: 2, ReturningBurst: 8, ReturningInFlight: 2,
 		AccessRate: 3, AccessBurst: 12, AccessInFlight: 2,
@@ -142,13 +153,16 @@ type Filter struct {
 	acceptedTokens *cache.LRUExpireCache // tokenKey -> *authenticationv1.UserInfo
 	refusedTokens  *cache.LRUExpireCache // tokenKey -> struct{}
 	knownTokens    *cache.LRUExpireCache // tokenKey -> the username it was accepted for, see knownTTL
-	decisions      *cache.LRUExpireCache // decisionKey -> decision, allowed ones
-	refusals       *cache.LRUExpireCache // decisionKey -> decision, denied ones
-	inFlight       singleflight.Group
+	// scrapers: addresses (clientKey) a request was allowed from within
+	// knownTTL, the only ones whose new tokens go to the rotating lane.
+	scrapers  *cache.LRUExpireCache // clientKey -> struct{}
+	decisions *cache.LRUExpireCache // decisionKey -> decision, allowed ones
+	refusals  *cache.LRUExpireCache // decisionKey -> decision, denied ones
+	inFlight  singleflight.Group
 
-	clients                      *keyedLimiter // per address, for the newcomers
-	returningIDs, accessIDs      *keyedLimiter // per identity
-	newcomers, returning, access *lane
+	clients                                *keyedLimiter // per address, for the newcomers
+	returningIDs, accessIDs                *keyedLimiter // per identity
+	newcomers, rotating, returning, access *lane
 }
 
 type decision struct {
@@ -167,6 +181,7 @@ func newWithClock(client kubernetes.Interface, opts Options, c clock.PassiveCloc
 		acceptedTokens: cache.NewLRUExpireCacheWithClock(cacheSize, c),
 		refusedTokens:  cache.NewLRUExpireCacheWithClock(cacheSize, c),
 		knownTokens:    cache.NewLRUExpireCacheWithClock(cacheSize, c),
+		scrapers:       cache.NewLRUExpireCacheWithClock(cacheSize, c),
 		decisions:      cache.NewLRUExpireCacheWithClock(cacheSize, c),
 		refusals:       cache.NewLRUExpireCacheWithClock(cacheSize, c),
 		// The lane behind bounds the addresses' reviews in flight.
@@ -174,6 +189,7 @@ func newWithClock(client kubernetes.Interface, opts Options, c clock.PassiveCloc
 		returningIDs: newKeyedLimiter(c, opts.IdentityRate, opts.IdentityBurst, opts.IdentityInFlight),
 		accessIDs:    newKeyedLimiter(c, opts.IdentityRate, opts.IdentityBurst, opts.IdentityInFlight),
 		newcomers:    newLane("newcomers", c, opts.NewcomerRate, opts.NewcomerBurst, opts.NewcomerInFlight),
+		rotating:     newLane("rotating", c, opts.RotatingRate, opts.RotatingBurst, opts.RotatingInFlight),
 		returning:    newLane("returning", c, opts.ReturningRate, opts.ReturningBurst, opts.ReturningInFlight),
 		access:       newLane("access", c, opts.AccessRate, opts.AccessBurst, opts.AccessInFlight),
 	}
@@ -239,6 +255,9 @@ func (f *Filter) Wrap(h http.Handler) http.Handler {
 			http.Error(w, msg, http.StatusForbidden)
 			return
 		}
+		// Allowed, not merely accepted: any Pod's token is accepted, and
+		// the rotating lane must stay out of a flooder's reach.
+		f.scrapers.Add(clientKey(r.RemoteAddr), struct{}{}, knownTTL)
 		h.ServeHTTP(w, r)
 	})
 }

@@ -20,6 +20,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -29,17 +30,20 @@ import (
 	core "k8s.io/client-go/testing"
 )
 
-// fakeAPIServer answers reviews the way a real one would for two
-// tokens: "prometheus" may get /metrics, "nobody" may not; any other
-// token is not accepted.
+// fakeAPIServer answers reviews the way a real one would for three
+// tokens: "prometheus" and its renewed "prometheus-rotated" may get
+// /metrics, "nobody" may not; any other token is not accepted.
 func fakeAPIServer() *fake.Clientset {
 	client := fake.NewClientset()
 	client.PrependReactor("create", "tokenreviews", func(a core.Action) (bool, runtime.Object, error) {
 		review := a.(core.CreateAction).GetObject().(*authenticationv1.TokenReview).DeepCopy()
 		switch review.Spec.Token {
-		case "prometheus", "nobody":
+		case "prometheus", "nobody", "prometheus-rotated":
+			// prometheus-rotated: Prometheus's renewed token, the same
+			// ServiceAccount.
+			sa := strings.TrimSuffix(review.Spec.Token, "-rotated")
 			review.Status = authenticationv1.TokenReviewStatus{Authenticated: true, User: authenticationv1.UserInfo{
-				Username: "system:serviceaccount:monitoring:" + review.Spec.Token, UID: "uid-" + review.Spec.Token,
+				Username: "system:serviceaccount:monitoring:" + sa, UID: "uid-" + sa,
 				Groups: []string{"system:serviceaccounts"},
 			}}
 		case "broken":

@@ -33,7 +33,7 @@ import (
 // here, before any review is sent. A review that would go past a bound is
 // not sent at all: the caller gets 429 and the API server nothing.
 //
-// Reviews go in one of three lanes, each with a token bucket (reviews per
+// Reviews go in one of four lanes, each with a token bucket (reviews per
 // second) and a bound on reviews in flight:
 //
 //   - newcomers: TokenReviews of tokens this process has not seen accepted
@@ -44,6 +44,15 @@ import (
 //     spends at most its own share of the lane and a scraper at another
 //     address still finds room in it (a flood from many addresses can still
 //     fill the lane; it cannot make the API server do more).
+//   - rotating: TokenReviews of tokens not accepted recently that come
+//     from an address a request was allowed from (not merely accepted:
+//     every Pod's token is) within knownTTL. A scraper's projected token
+//     is renewed within the hour; its new token would otherwise queue
+//     with the flood, which five addresses at their own bucket's rate
+//     keep full, and the scrapes would fail until the flood stopped.
+//     The address is the connection's (TCP), which a Pod elsewhere
+//     cannot take; Pods behind one node address (host network, SNAT)
+//     share it.
 //   - returning: TokenReviews of tokens the API server accepted recently
 //     (their cached answer expired, see allowTTL). A flood of bogus tokens
 //     never gets here, so a Prometheus that has scraped before keeps
@@ -103,8 +112,8 @@ func (l *lane) admit() (release func(), reason string) {
 }
 
 // keyedLimiter keeps a token bucket and a count of reviews in flight per
-// key: a client address (in front of the newcomers' lane) or an identity
-// (in front of the returning and access lanes). Addresses are the
+// key: a client address (in front of the newcomers' and rotating lanes)
+// or an identity (in front of the returning and access lanes). Addresses are the
 // connection's, not a header's (X-Forwarded-For is whatever the caller
 // writes). IPv6 clients are keyed by their /64, which one host usually
 // owns whole, so that cycling through its addresses does not make a prober

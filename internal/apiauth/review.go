@@ -47,8 +47,13 @@ func (f *Filter) authenticate(ctx context.Context, token, remoteAddr string) (*a
 	}
 	l := f.newcomers
 	identity, known := f.knownTokens.Get(key)
-	if known {
+	switch {
+	case known:
 		l = f.returning
+	case f.isScraper(remoteAddr):
+		// A new token from where a scraper was allowed: its projected
+		// token rotated (the kubelet renews it within the hour).
+		l = f.rotating
 	}
 	// ran: this request sent the review (or found its answer); the
 	// others waiting on it share that.
@@ -66,7 +71,7 @@ func (f *Filter) authenticate(ctx context.Context, token, remoteAddr string) (*a
 		// spends its own share of the returning lane.
 		var release func()
 		var reason string
-		if l == f.newcomers {
+		if l == f.newcomers || l == f.rotating {
 			if !f.clients.allow(remoteAddr) {
 				metrics.RecordAuthThrottled(metrics.AuthTokenReview, l.name, metrics.AuthThrottledClient)
 				return nil, &throttledError{lane: l.name, reason: metrics.AuthThrottledClient}
@@ -112,6 +117,13 @@ func (f *Filter) authenticate(ctx context.Context, token, remoteAddr string) (*a
 		return nil, err
 	}
 	return v.(*authenticationv1.UserInfo), nil
+}
+
+// isScraper says whether a request from remoteAddr was allowed within
+// knownTTL.
+func (f *Filter) isScraper(remoteAddr string) bool {
+	_, ok := f.scrapers.Get(clientKey(remoteAddr))
+	return ok
 }
 
 // cachedUser is the remembered answer for a token's hash: the user, or nil

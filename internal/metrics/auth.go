@@ -45,11 +45,11 @@ const (
 var (
 	authReviews = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "bar_controller_metrics_auth_reviews_total",
-		Help: "Reviews the metrics endpoint sent to the API server, by review (token, access), lane (newcomers, returning, access) and result (allowed, denied, error).",
+		Help: "Reviews the metrics endpoint sent to the API server, by review (token, access), lane (newcomers, rotating, returning, access) and result (allowed, denied, error).",
 	}, []string{"review", "lane", "result"})
 	authThrottled = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "bar_controller_metrics_auth_throttled_total",
-		Help: "Requests to the metrics endpoint answered 429 instead of sending a review, by review, lane (newcomers, returning, access) and reason (client_rate, identity, rate, in_flight).",
+		Help: "Requests to the metrics endpoint answered 429 instead of sending a review, by review, lane (newcomers, rotating, returning, access) and reason (client_rate, identity, rate, in_flight).",
 	}, []string{"review", "lane", "reason"})
 	authReused = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "bar_controller_metrics_auth_reused_total",
