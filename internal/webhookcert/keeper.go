@@ -102,7 +102,15 @@ type Keeper struct {
 	// found; nil once it can.
 	unready atomic.Pointer[error]
 	started atomic.Bool // a pass has set unready
+	// checked is the last pass that loaded the Secret's served pair and
+	// judged it by the CRD's caBundle: that verdict holds only so long
+	// (fresh), since other replicas may rotate meanwhile.
+	checked atomic.Pointer[check]
 }
+
+// check is when a pass judged the served pair, and until when its
+// verdict holds.
+type check struct{ at, until time.Time }
 
 // Defaults for Validity and RotateBefore: rotated after two of three
 // months, so a replica that fails to rotate has a month of warnings. For
@@ -117,6 +125,37 @@ const (
 
 func (k *Keeper) period() time.Duration { return cmpOr(k.Period, DefaultPeriod) }
 func (k *Keeper) grace() time.Duration  { return cmpOr(k.Grace, DefaultGrace) }
+
+func (k *Keeper) clock() time.Time {
+	if k.now != nil {
+		return k.now()
+	}
+	return time.Now()
+}
+
+// fresh is how long the verdict of a pass that read the Secret holds: a
+// replica that cannot reach the API server keeps serving the pair it
+// loaded, and must be out of the Service before another replica can
+// have taken that pair's CA out of the CRD's caBundle, or the API
+// server's calls to it fail the TLS handshake. plan does that no sooner
+// than a grace period after a promotion, and promotes a next pair no
+// sooner than a grace period after a pass first read its CA in the CRD:
+// so the CA stays trusted for at least a grace period after this pass if
+// it found a next pair waiting (promoted, perhaps, just after), two if
+// it found none (one must be made, seen in the CRD and promoted first).
+// Less a margin of half what a grace period has over a period, for the
+// kubelet's readiness probes, the Service's endpoints to follow, and the
+// replicas' clocks: at least 1.5 periods (Grace is at least two Periods,
+// conversion.Options), so that a pass that fails, and its retries for
+// half a period, take no replica out of the Service while no rotation is
+// under way, and make before break holds for the one that is.
+func (k *Keeper) fresh(nextWaiting bool) time.Duration {
+	trusted := 2 * k.grace()
+	if nextWaiting {
+		trusted = k.grace()
+	}
+	return trusted - (k.grace()-k.period())/2
+}
 
 func cmpOr(d, def time.Duration) time.Duration {
 	if d > 0 {
@@ -171,6 +210,14 @@ func (k *Keeper) Ready() error {
 	if !k.started.Load() {
 		return errors.New("no serving certificate loaded yet")
 	}
+	if c := k.checked.Load(); c != nil {
+		if now := k.clock(); !now.Before(c.until) {
+			return fmt.Errorf("the certificate keeper has not read Secret %s/%s and CustomResourceDefinition %s since %s, %v ago: "+
+				"another replica may have rotated the certificate and taken the CA of the one this replica serves out of the CRD's caBundle since "+
+				"(the log says why its passes fail)",
+				k.Namespace, k.SecretName, k.CRDName, c.at.UTC().Format(time.RFC3339), now.Sub(c.at).Round(time.Second))
+		}
+	}
 	return nil
 }
 
@@ -187,10 +234,7 @@ func (k *Keeper) setUnready(err error) {
 func (k *Keeper) Reconcile(ctx context.Context) error {
 	result := resultError
 	defer func() { checksTotal.WithLabelValues(result).Inc() }()
-	now := time.Now()
-	if k.now != nil {
-		now = k.now()
-	}
+	now := k.clock()
 	crd, err := k.Extensions.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, k.CRDName, metav1.GetOptions{})
 	if err != nil {
 		return fmt.Errorf("reading CustomResourceDefinition %s: %w", k.CRDName, err)
@@ -251,6 +295,7 @@ func (k *Keeper) Reconcile(ctx context.Context) error {
 	// trusted from the next pass on, a few seconds later. A promotion
 	// never waits: the next pair's CA was in the bundle the grace period
 	// before.
+	k.checked.Store(&check{at: now, until: now.Add(k.fresh(len(secret.Data[nextCertKey]) > 0))})
 	k.setUnready(k.callable(secret.Data[certKey], crdBundle, ep))
 	result = resultReady
 	if k.Ready() != nil {
