@@ -143,17 +143,29 @@ func writeFile(p string, r io.Reader, perm os.FileMode) error {
 	return f.Close()
 }
 
-// buildBinaries cross-builds the controller for each platform into c.out.
-// Every input that changes the output is set here, not taken from the
-// caller's environment: the Go flags (-race or -cover in $GOFLAGS would
-// change the binary), cgo off (static, and no C toolchain in the result),
-// the microarchitecture levels, no experiments, no VCS stamp (the commit
-// is given by -X, and the archive has no .git anyway), and no build paths
-// (-trimpath).
-// What is left is the Go toolchain: the same commit built with another Go
-// version gives other binaries, which the SBOM and --version then name.
+// buildFlags are the go build flags of every binary, and buildEnv the
+// environment past GOOS and GOARCH: every input that changes the output is
+// set here, not taken from the caller's environment. The Go flags (-race
+// or -cover in $GOFLAGS would change the binary), cgo off (static, and no
+// C toolchain in the result), the microarchitecture levels, no
+// experiments, no VCS stamp (the commit is given by -X, and the archive
+// has no .git anyway), and no build paths (-trimpath). What is left is the
+// Go toolchain: the same commit built with another Go version gives other
+// binaries, which the SBOM, the provenance and --version then name. The
+// provenance records both (provenance.go).
+func buildFlags(version, commit string) []string {
+	ldflags := fmt.Sprintf("-s -w -X %[1]s/internal/version.version=%[2]s -X %[1]s/internal/version.commit=%[3]s", module, version, commit)
+	return []string{"-trimpath", "-buildvcs=false", "-ldflags", ldflags}
+}
+
+var buildEnv = []string{
+	"CGO_ENABLED=0", "GOAMD64=v1", "GOARM64=v8.0", "GOEXPERIMENT=",
+	"GOFLAGS=-mod=readonly", "GOWORK=off", "GOTOOLCHAIN=local",
+}
+
+// buildBinaries cross-builds the controller for each platform into c.out,
+// with buildFlags and buildEnv.
 func buildBinaries(ctx context.Context, src string, c config, commit string) ([]binary, error) {
-	ldflags := fmt.Sprintf("-s -w -X github.com/barcontroller/bar-controller/internal/version.version=%s -X github.com/barcontroller/bar-controller/internal/version.commit=%s", c.version, commit)
 	var out []binary
 	for _, p := range c.platforms {
 		goos, arch, _ := strings.Cut(p, "/")
@@ -162,13 +174,10 @@ func buildBinaries(ctx context.Context, src string, c config, commit string) ([]
 		if err != nil {
 			return nil, err
 		}
-		cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-buildvcs=false", "-ldflags", ldflags, "-o", abs, ".")
+		args := append(append([]string{"build"}, buildFlags(c.version, commit)...), "-o", abs, ".")
+		cmd := exec.CommandContext(ctx, "go", args...)
 		cmd.Dir = src
-		cmd.Env = append(os.Environ(),
-			"GOOS="+goos, "GOARCH="+arch, "CGO_ENABLED=0",
-			"GOAMD64=v1", "GOARM64=v8.0", "GOEXPERIMENT=",
-			"GOFLAGS=-mod=readonly", "GOWORK=off", "GOTOOLCHAIN=local",
-		)
+		cmd.Env = append(append(os.Environ(), "GOOS="+goos, "GOARCH="+arch), buildEnv...)
 		if msg, err := cmd.CombinedOutput(); err != nil {
 			return nil, fmt.Errorf("building %s: %v\n%s", p, err, msg)
 		}
@@ -208,22 +217,42 @@ func buildIndex(binaries []binary, c config, res *result) (v1.ImageIndex, error)
 	return idx, err
 }
 
-// publish pushes the index, tagged with the version, to c.registry, or
-// without one writes it as an OCI layout in c.out/oci (crane push, skopeo
-// copy oci:, or a tar of it into ctr images import, take it from there).
-// Credentials for a push come from the Docker config and credential
-// helpers, as crane's do; a registry on localhost or 127.0.0.1 is spoken
-// to over plain HTTP (go-containerregistry's rule for those names).
+// publish pushes the index to c.registry by its digest, with no tag: the
+// tag, what users pull the version by, is pushed by seal (sign.go) last,
+// once everything about the index is signed and attached. Without a
+// registry it writes the index as an OCI layout in c.out/oci (crane push,
+// skopeo copy oci:, or a tar of it into ctr images import, take it from
+// there). Credentials for a push come from the Docker config and
+// credential helpers, as crane's do; a registry on localhost or 127.0.0.1
+// is spoken to over plain HTTP (go-containerregistry's rule for those
+// names).
 func publish(ctx context.Context, idx v1.ImageIndex, c config) error {
 	if c.registry == "" {
 		return image.WriteLayout(filepath.Join(c.out, "oci"), c.repo+":"+c.version, idx)
 	}
-	tag, err := name.NewTag(c.registry + ":" + c.version)
+	repo, err := name.NewRepository(c.registry)
 	if err != nil {
 		return fmt.Errorf("--registry %q: %w", c.registry, err)
 	}
-	if err := remote.WriteIndex(tag, idx, remote.WithContext(ctx), remote.WithAuthFromKeychain(authn.DefaultKeychain)); err != nil {
-		return fmt.Errorf("pushing to %s: %w", tag, err)
+	digest, err := idx.Digest()
+	if err != nil {
+		return err
+	}
+	ref := repo.Digest(digest.String())
+	if err := remote.WriteIndex(ref, idx, remote.WithContext(ctx), remote.WithAuthFromKeychain(authn.DefaultKeychain)); err != nil {
+		return fmt.Errorf("pushing to %s: %w", ref, err)
+	}
+	return nil
+}
+
+// tag points the version's tag in c.registry at the index publish pushed.
+func tag(ctx context.Context, c config, idx v1.ImageIndex) error {
+	t, err := name.NewTag(c.registry + ":" + c.version)
+	if err != nil {
+		return fmt.Errorf("--registry %q: %w", c.registry, err)
+	}
+	if err := remote.Tag(t, idx, remote.WithContext(ctx), remote.WithAuthFromKeychain(authn.DefaultKeychain)); err != nil {
+		return fmt.Errorf("tagging %s: %w", t, err)
 	}
 	return nil
 }

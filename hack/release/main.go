@@ -30,18 +30,28 @@ limitations under the License.
 //     bar-controller-X.Y.Z.tgz with the release's version and the image by
 //     the same digest (chart.go, no helm needed);
 //   - an SPDX SBOM of each binary's modules, attached in the registry to
-//     the image holding the binary (attach.go), release notes from the
-//     commits since the last tag, and SHA256SUMS over the bundle.
+//     the image holding the binary (attach.go), the SLSA provenance of the
+//     build (provenance.go), release notes from the commits since the last
+//     tag, and SHA256SUMS over the bundle;
+//   - with --cosign-key, a signature of the index, the SBOMs and the
+//     provenance as signed attestations in the registry, and signatures of
+//     the chart and SHA256SUMS beside them (sign.go); the release notes
+//     give the command that verifies each.
+//
+// In a registry the index is pushed by digest, and tagged with the
+// version only once everything else is pushed and signed (seal), so that
+// a failure on the way never leaves the version published unsigned.
 //
 // Everything is a function of the commit: the binaries are built with
 // -trimpath and -buildvcs=false, the images and SBOMs are stamped with the
-// commit's time, so a rebuild of a commit gives the same digests
-// (release_test.go builds twice and compares).
+// commit's time, so a rebuild of a commit gives the same digests and the
+// same files (release_test.go builds twice and compares). Only the
+// signatures differ from one signing to the next, and SHA256SUMS lists
+// none of them.
 package main
 
 import (
 	"context"
-	"debug/buildinfo"
 	"errors"
 	"flag"
 	"fmt"
@@ -65,7 +75,8 @@ type config struct {
 	repo     string // the repository install.yaml names; default registry
 	out      string // the bundle's directory; must not exist or be empty
 	kubectl  string // renders the manifests (kubectl kustomize)
-	// cosign signs the index with cosignKey, when one is given (sign.go).
+	// cosign signs the release with cosignKey, when one is given
+	// (sign.go).
 	cosign, cosignKey string
 	// platforms are GOOS/GOARCH pairs, in the order the index lists them.
 	platforms []string
@@ -82,6 +93,9 @@ type result struct {
 	// goVersion is the toolchain the binaries were built with, as they
 	// record it (the go on $PATH, not necessarily the one running this).
 	goVersion string
+	// provenance is the SLSA provenance predicate of the build, attested
+	// on the index when the release is signed (provenance.go).
+	provenance []byte
 }
 
 // versionPattern is what a release may be called: a semantic version with
@@ -98,8 +112,8 @@ func main() {
 	flag.StringVar(&cfg.repo, "repo", "", "the image repository install.yaml names; default --registry, else bar-controller")
 	flag.StringVar(&cfg.out, "out", "_output/release", "the directory to write the bundle to (must not exist, or be empty)")
 	flag.StringVar(&cfg.kubectl, "kubectl", "kubectl", "the kubectl that renders the manifests (kubectl kustomize)")
-	flag.StringVar(&cfg.cosign, "cosign", "cosign", "the cosign that signs the index (with --cosign-key)")
-	flag.StringVar(&cfg.cosignKey, "cosign-key", "", "sign the index digest in --registry with this cosign key reference (a key file, env://VAR, a KMS URI); its password in $COSIGN_PASSWORD")
+	flag.StringVar(&cfg.cosign, "cosign", "cosign", "the cosign that signs the release (with --cosign-key)")
+	flag.StringVar(&cfg.cosignKey, "cosign-key", "", "sign the release with this cosign key reference (a key file, env://VAR, a KMS URI; its password in $COSIGN_PASSWORD): the index, the SBOM and provenance attestations in --registry, the chart and SHA256SUMS")
 	flag.StringVar(&platforms, "platforms", "linux/amd64,linux/arm64", "the platforms to build, in the order the index lists them")
 	flag.Parse()
 	cfg.platforms = strings.Split(platforms, ",")
@@ -181,11 +195,15 @@ func run(ctx context.Context, c config) (*result, error) {
 	if err != nil {
 		return nil, err
 	}
-	info, err := buildinfo.ReadFile(binaries[0].path)
-	if err != nil {
-		return nil, err
+	var builds []built
+	for _, b := range binaries {
+		bb, err := readBuilt(b)
+		if err != nil {
+			return nil, err
+		}
+		builds = append(builds, bb)
 	}
-	res.goVersion = info.GoVersion
+	res.goVersion = builds[0].info.GoVersion
 	idx, err := buildIndex(binaries, c, res)
 	if err != nil {
 		return nil, err
@@ -209,18 +227,19 @@ func run(ctx context.Context, c config) (*result, error) {
 			return nil, err
 		}
 	}
-	if c.registry != "" {
-		if err := attachSBOMs(ctx, c, idx, binaries, res.created); err != nil {
-			return nil, err
-		}
-	}
-	if c.cosignKey != "" {
-		if err := sign(ctx, c, c.registry+"@"+res.index.String()); err != nil {
-			return nil, err
-		}
+	if res.provenance, err = provenance(c, res, builds); err != nil {
+		return nil, err
 	}
 	if err := writeNotes(ctx, c, res); err != nil {
 		return nil, err
 	}
-	return res, writeSums(c.out)
+	if err := writeSums(c.out); err != nil {
+		return nil, err
+	}
+	if c.registry != "" {
+		if err := seal(ctx, c, idx, binaries, res); err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
 }

@@ -97,17 +97,32 @@ func writeNotes(ctx context.Context, c config, res *result) error {
 	b.WriteString("    kubectl label namespace bar-controller pod-security.kubernetes.io/enforce=restricted pod-security.kubernetes.io/warn=restricted\n")
 	fmt.Fprintf(&b, "    helm install bar-controller %s --namespace bar-controller\n\n", res.chart)
 	fmt.Fprintf(&b, "`%s` runs the same image by digest; `helm upgrade` upgrades the CRD too, and `helm uninstall` keeps it and every Bar (`charts/bar-controller/README.md`).\n\n", res.chart)
-	b.WriteString("## Verify\n\n    sha256sum -c SHA256SUMS\n\n")
+	b.WriteString("## Verify\n\n")
+	if c.cosignKey != "" {
+		// One command per artifact, each printed as a user types it:
+		// TestReleaseVerifies runs these lines, as they are, against a
+		// release in a registry.
+		b.WriteString("Each artifact is signed with cosign (v2), with no transparency log entry. With the publisher's public key as `cosign.pub`, ")
+		b.WriteString("each command below verifies one artifact, and fails unless that key made its signature.\n\n")
+		fmt.Fprintf(&b, "`%s`, then every file by it:\n\n    %s\n    sha256sum -c %s\n\n", sumsFile, verifyBlobCommand(sumsFile), sumsFile)
+		fmt.Fprintf(&b, "The image, the index `install.yaml` and the chart run:\n\n    %s\n\n", verifyCommand(c.registry+"@"+res.index.String()))
+		b.WriteString("The SBOM of each platform's image (the table above), a signed attestation on that image, which the command prints:\n\n")
+		for _, p := range c.platforms {
+			fmt.Fprintf(&b, "    %s\n", verifyAttestationCommand(sbomPredicate, c.registry+"@"+res.images[p].String()))
+		}
+		fmt.Fprintf(&b, "\nThe build's SLSA provenance (the commit, the Go toolchain, the build flags, every module linked), a signed attestation on the index, which the command prints:\n\n    %s\n\n",
+			verifyAttestationCommand(provenancePredicate, c.registry+"@"+res.index.String()))
+		fmt.Fprintf(&b, "The Helm chart, the file `helm install` takes:\n\n    %s\n\n", verifyBlobCommand(res.chart))
+	} else {
+		fmt.Fprintf(&b, "    sha256sum -c %s\n\n", sumsFile)
+	}
 	fmt.Fprintf(&b, "The image's digest in a registry (`crane digest %s:%s`) must be `%s`; ", c.repo, c.version, res.index)
 	b.WriteString("each `bar-controller-linux-*.spdx.json` is the SPDX SBOM of the binary of that name, ")
 	b.WriteString("the one its platform's image holds")
 	if c.registry != "" {
-		fmt.Fprintf(&b, "; in the registry each is attached to its image as an OCI artifact of type `%s` (`oras discover %s@<image digest>`)", sbomMediaType, c.registry)
+		fmt.Fprintf(&b, "; in the registry each is also attached to its image as an OCI artifact of type `%s` (`oras discover %s@<image digest>`)", sbomMediaType, c.registry)
 	}
 	b.WriteString(".\n\n")
-	if c.cosignKey != "" {
-		fmt.Fprintf(&b, "The index is signed with cosign (no transparency log entry); with the release's public key:\n\n    %s\n\n", verifyCommand(c.registry+"@"+res.index.String()))
-	}
 	if prev != "" {
 		fmt.Fprintf(&b, "## Changes since %s (%d commits)\n\n", prev, changes)
 	} else {
@@ -120,6 +135,8 @@ func writeNotes(ctx context.Context, c config, res *result) error {
 // writeSums writes SHA256SUMS over the bundle's files, in sha256sum's own
 // format, so that sha256sum -c checks a download. The OCI layout is not
 // listed: it is content-addressed already, and image.txt names its digest.
+// Nor are the signatures, made after it (seal): a signature differs at
+// each signing, and SHA256SUMS stays a function of the commit.
 func writeSums(dir string) error {
 	entries, err := os.ReadDir(dir) // sorted by name
 	if err != nil {
@@ -127,7 +144,7 @@ func writeSums(dir string) error {
 	}
 	var b bytes.Buffer
 	for _, e := range entries {
-		if !e.Type().IsRegular() || e.Name() == "SHA256SUMS" {
+		if !e.Type().IsRegular() || e.Name() == sumsFile {
 			continue
 		}
 		f, err := os.Open(filepath.Join(dir, e.Name()))
@@ -142,5 +159,5 @@ func writeSums(dir string) error {
 		}
 		fmt.Fprintf(&b, "%s  %s\n", hex.EncodeToString(h.Sum(nil)), e.Name())
 	}
-	return os.WriteFile(filepath.Join(dir, "SHA256SUMS"), b.Bytes(), 0o644)
+	return os.WriteFile(filepath.Join(dir, sumsFile), b.Bytes(), 0o644)
 }

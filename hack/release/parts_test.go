@@ -123,7 +123,8 @@ func TestPinnedTo(t *testing.T) {
 }
 
 // TestPublishPushesTheIndex pushes to a registry on loopback (the
-// go-containerregistry registry in this process) and reads it back: the
+// go-containerregistry registry in this process), as publish and seal do
+// for a release without a key, and reads it back by its tag: the
 // registry serves the index with the digest computed before the push, the
 // digest install.yaml names, each platform's image under it, and each
 // image's SBOM as its referrer, whether the registry has the referrers API
@@ -167,7 +168,8 @@ func testPublish(t *testing.T, reg http.Handler) {
 	if err := publish(t.Context(), idx, c); err != nil {
 		t.Fatal(err)
 	}
-	if err := attachSBOMs(t.Context(), c, idx, binaries, time.Unix(1700000000, 0)); err != nil {
+	// Unsigned (no key): seal attaches the SBOMs and tags the index.
+	if err := seal(t.Context(), c, idx, binaries, &result{created: time.Unix(1700000000, 0)}); err != nil {
 		t.Fatal(err)
 	}
 

@@ -37,8 +37,8 @@ import (
 
 // TestReleaseIsReproducible runs the whole release twice from the same
 // commit, into two bundles, and requires the same digests and the same
-// bytes: the index, each platform's image, and every file SHA256SUMS
-// lists. Each run builds from its own git archive in its own directory, so
+// bytes: the index, each platform's image, the provenance, and every file
+// SHA256SUMS lists. Each run builds from its own git archive in its own directory, so
 // that a path or a file outside the commit that reached a binary would
 // show. The Go build cache may serve both runs' compiles (with -trimpath
 // it does not key them by directory); both links are done anew.
@@ -100,6 +100,9 @@ func TestReleaseIsReproducible(t *testing.T) {
 		if a.images[p] != b.images[p] {
 			t.Errorf("%s image digests differ: %s, %s", p, a.images[p], b.images[p])
 		}
+	}
+	if !bytes.Equal(a.provenance, b.provenance) {
+		t.Errorf("the provenances differ:\n%s\n%s", a.provenance, b.provenance)
 	}
 	sums := [2][]byte{}
 	for i, dir := range dirs {

@@ -17,15 +17,22 @@ limitations under the License.
 package main
 
 import (
+	"io"
+	"log"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 
+	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/barcontroller/bar-controller/internal/image"
 )
@@ -55,20 +62,7 @@ func TestSignVerifies(t *testing.T) {
 	repo := strings.TrimPrefix(srv.URL, "http://") + "/bar-controller"
 
 	dir := t.TempDir()
-	keys := map[string]string{}
-	for _, name := range []string{"release", "other"} {
-		kd := filepath.Join(dir, name)
-		if err := os.Mkdir(kd, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		gen := exec.Command(cosign, "generate-key-pair")
-		gen.Dir = kd
-		gen.Env = append(os.Environ(), "COSIGN_PASSWORD=")
-		if out, err := gen.CombinedOutput(); err != nil {
-			t.Fatalf("cosign generate-key-pair: %v\n%s", err, out)
-		}
-		keys[name] = kd
-	}
+	keys := cosignKeys(t, cosign, "release", "other")
 	t.Setenv("COSIGN_PASSWORD", "")
 
 	bin := filepath.Join(dir, "bar-controller")
@@ -89,7 +83,7 @@ func TestSignVerifies(t *testing.T) {
 	}
 	digest, _ := idx.Digest()
 	ref := repo + "@" + digest.String()
-	if err := sign(t.Context(), c, ref); err != nil {
+	if err := runCosign(t.Context(), c, "sign", ref); err != nil {
 		t.Fatal(err)
 	}
 
@@ -120,5 +114,188 @@ func TestSignVerifies(t *testing.T) {
 	}
 	if err := verify(keys["other"]); err == nil {
 		t.Error("the signature verifies with another key")
+	}
+}
+
+// TestSealTagsLast: the version's tag is pushed only after every signature
+// and attestation, so that a signing that fails leaves the version
+// unpublished. It seals an index of two platforms with stand-in binaries,
+// SBOMs and chart, three times into a fresh registry: with a key cosign
+// cannot read (the first signature fails), without SHA256SUMS (the last
+// one fails, after all the others were pushed), and whole.
+func TestSealTagsLast(t *testing.T) {
+	cosign := cosignBinary(t)
+	keys := cosignKeys(t, cosign, "release")
+	t.Setenv("COSIGN_PASSWORD", "")
+	for _, tc := range []struct {
+		name    string
+		key     string
+		sums    bool
+		tagged  bool
+		wantErr string
+	}{
+		{name: "unreadable key", key: filepath.Join(keys["release"], "missing.key"), sums: true, wantErr: "cosign sign "},
+		{name: "no SHA256SUMS", key: filepath.Join(keys["release"], "cosign.key"), sums: false, wantErr: "cosign sign-blob "},
+		{name: "whole", key: filepath.Join(keys["release"], "cosign.key"), sums: true, tagged: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			reg := startRecordingRegistry(t)
+			c := config{registry: reg.repo, repo: reg.repo, version: "v1.2.3", out: t.TempDir(), cosign: cosign, cosignKey: tc.key}
+			res := &result{images: map[string]v1.Hash{}, chart: chartFile("v1.2.3"), commit: strings.Repeat("ab", 20)}
+			var imgs []v1.Image
+			var binaries []binary
+			for _, arch := range []string{"amd64", "arm64"} {
+				b := binary{platform: "linux/" + arch, arch: arch, path: filepath.Join(c.out, "bar-controller-linux-"+arch)}
+				c.platforms = append(c.platforms, b.platform)
+				writeTestFile(t, b.path, "\x7fELF "+arch)
+				writeTestFile(t, b.path+".spdx.json", `{"name":"`+arch+`"}`)
+				img, err := image.Build(image.Controller(b.path, arch))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if res.images[b.platform], err = img.Digest(); err != nil {
+					t.Fatal(err)
+				}
+				imgs = append(imgs, img)
+				binaries = append(binaries, b)
+			}
+			writeTestFile(t, filepath.Join(c.out, res.chart), "a chart")
+			if tc.sums {
+				writeTestFile(t, filepath.Join(c.out, sumsFile), "sums")
+			}
+			idx, err := image.Index(imgs, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.index, err = idx.Digest(); err != nil {
+				t.Fatal(err)
+			}
+			res.provenance = testProvenance(t, c, res)
+			if err := publish(t.Context(), idx, c); err != nil {
+				t.Fatal(err)
+			}
+			err = seal(t.Context(), c, idx, binaries, res)
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Fatal(err)
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Fatalf("seal: %v; want an error of %q", err, tc.wantErr)
+			}
+			puts := reg.manifestPuts()
+			if tagged := slices.Contains(puts, c.version); tagged != tc.tagged {
+				t.Errorf("the tag %s was pushed: %v, want %v (pushed: %v)", c.version, tagged, tc.tagged, puts)
+			}
+			if !tc.sums {
+				// Everything but the tag was pushed: only the tag's
+				// place in the order kept the failed release unpublished.
+				checkTagIsLast(t, append(puts, c.version), c, res)
+			}
+			if tc.tagged {
+				checkTagIsLast(t, puts, c, res)
+				got, err := remote.Index(mustTag(t, reg.repo+":"+c.version))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d, _ := got.Digest(); d != res.index {
+					t.Errorf("the tag names %s, want the index %s", d, res.index)
+				}
+				for _, f := range []string{res.chart, sumsFile} {
+					if fi, err := os.Stat(signatureFile(filepath.Join(c.out, f))); err != nil || fi.Mode().Perm() != 0o644 {
+						t.Errorf("the signature of %s: %v, %v; want a file anyone may read, as the bundle's", f, fi, err)
+					}
+				}
+			}
+		})
+	}
+}
+
+func writeTestFile(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func mustTag(t *testing.T, s string) name.Tag {
+	t.Helper()
+	tag, err := name.NewTag(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tag
+}
+
+// cosignKeys makes a cosign key pair with an empty password for each name,
+// each in a directory of its own (cosign.key, cosign.pub), and returns the
+// directories by name.
+func cosignKeys(t *testing.T, cosign string, names ...string) map[string]string {
+	t.Helper()
+	keys := map[string]string{}
+	for _, name := range names {
+		dir := filepath.Join(t.TempDir(), name)
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		gen := exec.Command(cosign, "generate-key-pair")
+		gen.Dir = dir
+		gen.Env = append(os.Environ(), "COSIGN_PASSWORD=")
+		if out, err := gen.CombinedOutput(); err != nil {
+			t.Fatalf("cosign generate-key-pair: %v\n%s", err, out)
+		}
+		keys[name] = dir
+	}
+	return keys
+}
+
+// recordingRegistry is go-containerregistry's registry on loopback,
+// keeping the order in which manifests were pushed to it: by digest, by
+// tag, and cosign's signature and attestation tags.
+type recordingRegistry struct {
+	repo string // 127.0.0.1:port/bar-controller
+
+	mu   sync.Mutex
+	puts []string // the references pushed, in order
+}
+
+func startRecordingRegistry(t *testing.T) *recordingRegistry {
+	t.Helper()
+	r := &recordingRegistry{}
+	handler := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if _, ref, ok := strings.Cut(req.URL.Path, "/manifests/"); ok && req.Method == http.MethodPut {
+			r.mu.Lock()
+			r.puts = append(r.puts, ref)
+			r.mu.Unlock()
+		}
+		handler.ServeHTTP(w, req)
+	}))
+	t.Cleanup(srv.Close)
+	r.repo = strings.TrimPrefix(srv.URL, "http://") + "/bar-controller"
+	return r
+}
+
+func (r *recordingRegistry) manifestPuts() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.puts)
+}
+
+// checkTagIsLast: the release's tag is pushed once, after everything else,
+// the signature of the index and the attestations of the index and of each
+// platform's image among it; until then nobody pulling the version can get
+// an image that is not yet signed.
+func checkTagIsLast(t *testing.T, puts []string, c config, res *result) {
+	t.Helper()
+	if len(puts) == 0 || puts[len(puts)-1] != c.version || slices.Index(puts, c.version) != len(puts)-1 {
+		t.Errorf("the manifests were pushed in the order %v; want the tag %s once, last", puts, c.version)
+	}
+	want := []string{"sha256-" + res.index.Hex + ".sig", "sha256-" + res.index.Hex + ".att"}
+	for _, p := range c.platforms {
+		want = append(want, "sha256-"+res.images[p].Hex+".att")
+	}
+	for _, w := range want {
+		if !slices.Contains(puts, w) {
+			t.Errorf("nothing was pushed as %s (pushed: %v)", w, puts)
+		}
 	}
 }
