@@ -188,21 +188,24 @@ image: ## Build the container image (needs a Docker engine).
 # linux/amd64 and linux/arm64 (-trimpath, -buildvcs=false, stamped by -X),
 # each platform's image as image-tar builds it, one OCI image index over
 # them, stamped with the commit's time so that a rebuild gives the same
-# digests. REGISTRY=host/repo pushes the index there, tagged VERSION
-# (credentials from the Docker config, as crane's); without it the index
-# is an OCI layout in _output/release/oci, and install.yaml names REPO
-# (default REGISTRY, else bar-controller). kubectl renders the manifests,
-# as the real-cluster tests render artifacts/.
+# digests. REGISTRY=host/repo pushes the index there by digest, and tags
+# it VERSION last, after every signature (credentials from the Docker
+# config, as crane's); without it the index is an OCI layout in
+# _output/release/oci, and install.yaml names REPO (default REGISTRY, else
+# bar-controller). kubectl renders the manifests, as the real-cluster
+# tests render artifacts/.
 # COSIGN_KEY=<key reference> (a key file, env://VAR, a KMS URI; a file's
-# password in $COSIGN_PASSWORD) signs the index digest in REGISTRY with
-# cosign, built from source once (hack/install-tool.sh cosign).
+# password in $COSIGN_PASSWORD) signs with cosign, built from source once
+# (hack/install-tool.sh cosign): the index in REGISTRY, the SBOMs and the
+# SLSA provenance as attestations there, the chart and SHA256SUMS beside
+# them; RELEASE_NOTES.md gives the command that verifies each.
 REGISTRY ?=
 REPO ?=
 COSIGN_KEY ?=
 RELEASE_DIR := _output/release
 
 .PHONY: release
-release: ## Build release VERSION=vX.Y.Z of HEAD, no Docker: the image index for linux/amd64+arm64 pushed to REGISTRY=host/repo (signed with COSIGN_KEY=) or written as an OCI layout, install.yaml and install-namespaced.yaml by digest, the Helm chart packaged (bar-controller-X.Y.Z.tgz), SPDX SBOMs, SHA256SUMS, release notes, in _output/release/.
+release: ## Build release VERSION=vX.Y.Z of HEAD, no Docker: the image index for linux/amd64+arm64 pushed to REGISTRY=host/repo, tagged last, or written as an OCI layout, install.yaml and install-namespaced.yaml by digest, the Helm chart packaged (bar-controller-X.Y.Z.tgz), SPDX SBOMs, SLSA provenance, SHA256SUMS, release notes, in _output/release/; COSIGN_KEY= signs the index, SBOMs, provenance, chart and SHA256SUMS.
 	rm -rf $(RELEASE_DIR)
 	kube_bin_dir="$$(hack/install-k8s-binaries.sh kubectl | tail -n 1)" && cosign=cosign && \
 	if [[ -n "$(COSIGN_KEY)" ]]; then cosign="$$(hack/install-tool.sh cosign)/cosign"; fi && \
