@@ -21,7 +21,8 @@ limitations under the License.
 // that every alert has a firing and a silent test case and a runbook
 // section (docs/runbook.md), that the chart's copy of the rules is the
 // same file, and that every metric the alerts and the Grafana dashboard
-// query is one the controller exports.
+// query is one the controller exports (or, for the alert on the API
+// server's own count of its conversion calls, one the API server does).
 package monitoring
 
 import (
