@@ -208,6 +208,13 @@ func run(ctx context.Context, c config) (*result, error) {
 	if err != nil {
 		return nil, err
 	}
+	if c.registry != "" {
+		// Before anything is pushed: a version published already with
+		// another index fails here, not after its signing.
+		if _, _, err := checkTag(ctx, c, res.index); err != nil {
+			return nil, err
+		}
+	}
 	if err := publish(ctx, idx, c); err != nil {
 		return nil, err
 	}
