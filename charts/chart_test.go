@@ -165,7 +165,10 @@ func TestValuesSchema(t *testing.T) {
 	}{
 		{[]string{"leaderElection.enabled=false", "replicas=1"}, ""},
 		{[]string{"image.digest=sha256:" + strings.Repeat("0", 64)}, ""},
-		{[]string{"namespaceScoped=true", "logging.format=json", "logging.verbosity=2", "metrics.enabled=false", "webhook.enabled=false"}, ""},
+		{[]string{"namespaceScoped=true", "crds.install=false", "logging.format=json", "logging.verbosity=2", "metrics.enabled=false", "webhook.enabled=false"}, ""},
+		// A namespaced release must not own the CRD: its webhook and
+		// its policy's identity would be the tenant's namespace.
+		{[]string{"namespaceScoped=true"}, "crds.install=false"},
 		{[]string{"replicas=0"}, "replicas"},
 		{[]string{"leaderElection.enabled=false"}, "replicas"},
 		{[]string{"image.digest=sha256:abc"}, "digest"},
@@ -247,6 +250,34 @@ func TestGoMemLimitFollowsTheLimit(t *testing.T) {
 		}
 		if !fromLimit {
 			t.Errorf("%v: no %s from the container's limits.memory in bytes: %+v", tc.set, memory.LimitEnv, c.Env)
+		}
+	}
+}
+
+// TestCRDPolicyAdmitsTheRelease: the CRD's policy admits the caBundle
+// writes of the release's own ServiceAccount, in whatever namespace it is
+// installed, and no other (the template rewrites artifacts/admission's
+// identity; a reformatted file would otherwise keep bar-controller's
+// silently, and every caBundle write of a release elsewhere be refused).
+func TestCRDPolicyAdmitsTheRelease(t *testing.T) {
+	helm, _ := tools(t)
+	for _, ns := range []string{"bar-controller", "ops"} {
+		rendered, err := run(t, helm, "template", "bar-controller", chart, "--namespace", ns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		policy, ok := objects(t, rendered)["ValidatingAdmissionPolicy/<nil>/crd-changes.barcontroller.dev"]
+		if !ok {
+			t.Fatalf("namespace %s: no CRD policy rendered", ns)
+		}
+		var allowed []string
+		for _, v := range policy["spec"].(map[string]any)["variables"].([]any) {
+			if v := v.(map[string]any); v["name"] == "allowed" {
+				allowed = append(allowed, v["expression"].(string))
+			}
+		}
+		if want := "'system:serviceaccount:" + ns + ":bar-controller'"; len(allowed) != 1 || allowed[0] != want {
+			t.Errorf("namespace %s: the policy admits %q, want %s", ns, allowed, want)
 		}
 	}
 }
