@@ -153,14 +153,15 @@ type Filter struct {
 	acceptedTokens *cache.LRUExpireCache // tokenKey -> *authenticationv1.UserInfo
 	refusedTokens  *cache.LRUExpireCache // tokenKey -> struct{}
 	knownTokens    *cache.LRUExpireCache // tokenKey -> the username it was accepted for, see knownTTL
-	// scrapers: addresses (clientKey) a request was allowed from within
+	// scrapers: addresses (scraperKey) a request was allowed from within
 	// knownTTL, the only ones whose new tokens go to the rotating lane.
-	scrapers  *cache.LRUExpireCache // clientKey -> struct{}
+	scrapers  *cache.LRUExpireCache // scraperKey -> struct{}
 	decisions *cache.LRUExpireCache // decisionKey -> decision, allowed ones
 	refusals  *cache.LRUExpireCache // decisionKey -> decision, denied ones
 	inFlight  singleflight.Group
 
-	clients                                *keyedLimiter // per address, for the newcomers
+	clients                                *keyedLimiter // per address (clientKey), for the newcomers
+	scraperClients                         *keyedLimiter // per whole address (scraperKey), for the rotating lane
 	returningIDs, accessIDs                *keyedLimiter // per identity
 	newcomers, rotating, returning, access *lane
 }
@@ -185,13 +186,14 @@ func newWithClock(client kubernetes.Interface, opts Options, c clock.PassiveCloc
 		decisions:      cache.NewLRUExpireCacheWithClock(cacheSize, c),
 		refusals:       cache.NewLRUExpireCacheWithClock(cacheSize, c),
 		// The lane behind bounds the addresses' reviews in flight.
-		clients:      newKeyedLimiter(c, opts.ClientRate, opts.ClientBurst, 0),
-		returningIDs: newKeyedLimiter(c, opts.IdentityRate, opts.IdentityBurst, opts.IdentityInFlight),
-		accessIDs:    newKeyedLimiter(c, opts.IdentityRate, opts.IdentityBurst, opts.IdentityInFlight),
-		newcomers:    newLane("newcomers", c, opts.NewcomerRate, opts.NewcomerBurst, opts.NewcomerInFlight),
-		rotating:     newLane("rotating", c, opts.RotatingRate, opts.RotatingBurst, opts.RotatingInFlight),
-		returning:    newLane("returning", c, opts.ReturningRate, opts.ReturningBurst, opts.ReturningInFlight),
-		access:       newLane("access", c, opts.AccessRate, opts.AccessBurst, opts.AccessInFlight),
+		clients:        newKeyedLimiter(c, opts.ClientRate, opts.ClientBurst, 0),
+		scraperClients: newKeyedLimiter(c, opts.ClientRate, opts.ClientBurst, 0),
+		returningIDs:   newKeyedLimiter(c, opts.IdentityRate, opts.IdentityBurst, opts.IdentityInFlight),
+		accessIDs:      newKeyedLimiter(c, opts.IdentityRate, opts.IdentityBurst, opts.IdentityInFlight),
+		newcomers:      newLane("newcomers", c, opts.NewcomerRate, opts.NewcomerBurst, opts.NewcomerInFlight),
+		rotating:       newLane("rotating", c, opts.RotatingRate, opts.RotatingBurst, opts.RotatingInFlight),
+		returning:      newLane("returning", c, opts.ReturningRate, opts.ReturningBurst, opts.ReturningInFlight),
+		access:         newLane("access", c, opts.AccessRate, opts.AccessBurst, opts.AccessInFlight),
 	}
 }
 
@@ -257,7 +259,7 @@ func (f *Filter) Wrap(h http.Handler) http.Handler {
 		}
 		// Allowed, not merely accepted: any Pod's token is accepted, and
 		// the rotating lane must stay out of a flooder's reach.
-		f.scrapers.Add(clientKey(r.RemoteAddr), struct{}{}, knownTTL)
+		f.scrapers.Add(scraperKey(r.RemoteAddr), struct{}{}, knownTTL)
 		h.ServeHTTP(w, r)
 	})
 }

@@ -50,9 +50,9 @@ import (
 //     is renewed within the hour; its new token would otherwise queue
 //     with the flood, which five addresses at their own bucket's rate
 //     keep full, and the scrapes would fail until the flood stopped.
-//     The address is the connection's (TCP), which a Pod elsewhere
-//     cannot take; Pods behind one node address (host network, SNAT)
-//     share it.
+//     The address is the connection's (TCP), whole (scraperKey), which a
+//     Pod elsewhere cannot take; Pods behind one node address (host
+//     network, SNAT) share it.
 //   - returning: TokenReviews of tokens the API server accepted recently
 //     (their cached answer expired, see allowTTL). A flood of bogus tokens
 //     never gets here, so a Prometheus that has scraped before keeps
@@ -176,7 +176,12 @@ func (c *keyedLimiter) admit(key string) (release func(), reason string) {
 // often an address may ask, while the lane behind bounds reviews in
 // flight.
 func (c *keyedLimiter) allow(remoteAddr string) bool {
-	release, _ := c.admit(clientKey(remoteAddr))
+	return c.allowKey(clientKey(remoteAddr))
+}
+
+// allowKey is allow for a key already made.
+func (c *keyedLimiter) allowKey(key string) bool {
+	release, _ := c.admit(key)
 	if release == nil {
 		return false
 	}
@@ -216,4 +221,19 @@ func clientKey(remoteAddr string) string {
 		return p.String()
 	}
 	return ip.String()
+}
+
+// scraperKey is the whole address, IPv6 too: the rotating lane is kept
+// for the address a scraper was allowed from, and a /64 is often a whole
+// node's (kind gives each node one), which a Pod beside Prometheus shares.
+func scraperKey(remoteAddr string) string {
+	host, _, err := net.SplitHostPort(remoteAddr)
+	if err != nil {
+		host = remoteAddr
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		return remoteAddr
+	}
+	return ip.Unmap().String()
 }

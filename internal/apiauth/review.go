@@ -72,7 +72,11 @@ func (f *Filter) authenticate(ctx context.Context, token, remoteAddr string) (*a
 		var release func()
 		var reason string
 		if l == f.newcomers || l == f.rotating {
-			if !f.clients.allow(remoteAddr) {
+			clients, key := f.clients, clientKey(remoteAddr)
+			if l == f.rotating {
+				clients, key = f.scraperClients, scraperKey(remoteAddr)
+			}
+			if !clients.allowKey(key) {
 				metrics.RecordAuthThrottled(metrics.AuthTokenReview, l.name, metrics.AuthThrottledClient)
 				return nil, &throttledError{lane: l.name, reason: metrics.AuthThrottledClient}
 			}
@@ -122,7 +126,7 @@ func (f *Filter) authenticate(ctx context.Context, token, remoteAddr string) (*a
 // isScraper says whether a request from remoteAddr was allowed within
 // knownTTL.
 func (f *Filter) isScraper(remoteAddr string) bool {
-	_, ok := f.scrapers.Get(clientKey(remoteAddr))
+	_, ok := f.scrapers.Get(scraperKey(remoteAddr))
 	return ok
 }
 

@@ -73,3 +73,29 @@ func TestRotatedTokenOutlivesFlood(t *testing.T) {
 		t.Errorf("20 bogus tokens from the scraper's address: %d TokenReviews, want at most %d (the rotating lane's burst)", got, max)
 	}
 }
+
+// TestRotatedTokenOnASharedSlash64: the rotating lane is kept for the
+// scraper's whole address. A Pod in the same IPv6 /64 (often a whole
+// node's) shares the newcomers' per-address bucket with it, but neither
+// the scraper's place in the rotating lane nor its bucket there.
+func TestRotatedTokenOnASharedSlash64(t *testing.T) {
+	f := newFlood(t)
+	const prom, neighbour = "[fd00:10:244:1::10]:5555", "[fd00:10:244:1::66]:1"
+	if rec := f.get(prom, "prometheus", "/metrics"); rec.Code != http.StatusOK {
+		t.Fatalf("first scrape: %d", rec.Code)
+	}
+	f.clock.Step(time.Second)
+	f.floodNewcomers(0)
+	// The neighbour's bogus tokens wait with the flood's, and take
+	// nothing from the scraper's room.
+	before := f.reviews("tokenreviews")
+	if codes := f.bogus(neighbour, 20); codes[http.StatusTooManyRequests] != 20 {
+		t.Errorf("bogus tokens from the scraper's /64 during the flood: %v, want every one 429", codes)
+	}
+	if got := f.reviews("tokenreviews"); got != before {
+		t.Errorf("the neighbour's bogus tokens cost %d TokenReviews, want 0", got-before)
+	}
+	if rec := f.get(prom, "prometheus-rotated", "/metrics"); rec.Code != http.StatusOK {
+		t.Errorf("the scraper's renewed token after its neighbour's flood: %d %q, want 200", rec.Code, rec.Body.String())
+	}
+}
