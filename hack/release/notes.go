@@ -105,7 +105,8 @@ func writeNotes(ctx context.Context, c config, res *result) error {
 		b.WriteString("Each artifact is signed with cosign (v2), with no transparency log entry. With the publisher's public key as `cosign.pub`, ")
 		b.WriteString("each command below verifies one artifact, and fails unless that key made its signature.\n\n")
 		fmt.Fprintf(&b, "`%s`, then every file by it:\n\n    %s\n    sha256sum -c %s\n\n", sumsFile, verifyBlobCommand(sumsFile), sumsFile)
-		fmt.Fprintf(&b, "The image, the index `install.yaml` and the chart run:\n\n    %s\n\n", verifyCommand(c.registry+"@"+res.index.String()))
+		fmt.Fprintf(&b, "The image, the index `install.yaml` and the chart run, signed as %s:\n\n    %s\n\n", c.version, verifyCommand(c.version, c.registry+"@"+res.index.String()))
+		fmt.Fprintf(&b, "The same command with `:%s` in place of the digest checks the tag: it fails on an index signed for any other version.\n\n", c.version)
 		b.WriteString("The SBOM of each platform's image (the table above), a signed attestation on that image, which the command prints:\n\n")
 		for _, p := range c.platforms {
 			fmt.Fprintf(&b, "    %s\n", verifyAttestationCommand(sbomPredicate, c.registry+"@"+res.images[p].String()))

@@ -71,7 +71,7 @@ func seal(ctx context.Context, c config, idx v1.ImageIndex, binaries []binary, r
 // (verifyCommands).
 func signRelease(ctx context.Context, c config, binaries []binary, res *result) error {
 	index := c.registry + "@" + res.index.String()
-	if err := runCosign(ctx, c, "sign", index); err != nil {
+	if err := signIndex(ctx, c, index); err != nil {
 		return err
 	}
 	// Each SBOM is attested on its own platform's image, not the index:
@@ -118,6 +118,17 @@ func signRelease(ctx context.Context, c config, binaries []binary, res *result) 
 	return nil
 }
 
+// signIndex signs the index ref names with the version in the signed
+// payload (cosign sign -a version=vX.Y.Z), and verifyCommand checks it: a
+// signature says which release the key signed, not only that it signed,
+// so an older release's index, under a tag moved back to it or a digest
+// passed off as this version's, fails the new version's command. (cosign
+// attest takes no annotations; the attestations name the version in their
+// predicates, the provenance's externalParameters and each SBOM.)
+func signIndex(ctx context.Context, c config, ref string) error {
+	return runCosign(ctx, c, "sign", "-a", "version="+c.version, ref)
+}
+
 // runCosign runs one cosign signing command (sign, attest, sign-blob) with
 // c.cosignKey, which is any key reference cosign takes (a key file,
 // env://VAR, a KMS URI), so that a release workflow signs with its own
@@ -148,9 +159,10 @@ func runCosign(ctx context.Context, c config, command string, args ...string) er
 // the publisher's public key as cosign.pub; TestReleaseVerifies runs them
 // as the notes print them.
 
-// verifyCommand verifies the index's signature.
-func verifyCommand(ref string) string {
-	return "cosign verify --key cosign.pub --insecure-ignore-tlog=true " + ref
+// verifyCommand verifies the index's signature, and that it was signed
+// as version (signIndex).
+func verifyCommand(version, ref string) string {
+	return "cosign verify --key cosign.pub --insecure-ignore-tlog=true -a version=" + version + " " + ref
 }
 
 // verifyAttestationCommand verifies the attestation of predicateType on

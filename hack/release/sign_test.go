@@ -83,7 +83,7 @@ func TestSignVerifies(t *testing.T) {
 	}
 	digest, _ := idx.Digest()
 	ref := repo + "@" + digest.String()
-	if err := runCosign(t.Context(), c, "sign", ref); err != nil {
+	if err := signIndex(t.Context(), c, ref); err != nil {
 		t.Fatal(err)
 	}
 
@@ -96,7 +96,7 @@ func TestSignVerifies(t *testing.T) {
 		t.Fatal(err)
 	}
 	verify := func(keyDir string) error {
-		args := strings.Fields(verifyCommand(ref))[1:]
+		args := strings.Fields(verifyCommand(c.version, ref))[1:]
 		for i, a := range args {
 			if a == "cosign.pub" {
 				args[i] = filepath.Join(keyDir, "cosign.pub")

@@ -18,6 +18,7 @@ package main
 
 import (
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -93,4 +94,47 @@ func testIndex(t *testing.T, c config, content string) v1.ImageIndex {
 		t.Fatal(err)
 	}
 	return idx
+}
+
+// checkOlderReleaseFails: the notes' command for the image, run with an
+// older release's index in place of this one's, fails; otherwise a tag
+// moved back to an older signed index, or an older digest passed off as
+// this version's, would verify. The older releases are in the same
+// registry, signed with the same key: one as its version's release signs
+// (with that version in the signature), one as releases signed before the
+// signature named a version. Each older digest verifies under its own
+// version's command (the failure is the version's, nothing else's).
+func checkOlderReleaseFails(t *testing.T, c config, res *result, cmds []verifyCmd, dir string, env []string) {
+	t.Helper()
+	var line string
+	for _, cmd := range cmds {
+		if cmd.artifact == "image" {
+			line = cmd.line
+		}
+	}
+	older := c
+	older.version = "v0.0.0-test.1"
+	for _, annotated := range []bool{true, false} {
+		idx := testIndex(t, c, "older, annotated: "+strconv.FormatBool(annotated))
+		digest, _ := idx.Digest()
+		ref := c.registry + "@" + digest.String()
+		args := []string{"sign", ref}
+		if annotated {
+			args = []string{"sign", "-a", "version=" + older.version, ref}
+		}
+		if err := runCosign(t.Context(), older, args[0], args[1:]...); err != nil {
+			t.Fatal(err)
+		}
+		moved := strings.ReplaceAll(line, res.index.String(), digest.String())
+		if out, err := runCommand(t, dir, env, moved); err == nil {
+			t.Errorf("the image's command passes on an older release's index (signed with a version: %v):\n%s\n%s", annotated, moved, out)
+		}
+		if !annotated {
+			continue
+		}
+		own := strings.ReplaceAll(moved, "version="+c.version, "version="+older.version)
+		if out, err := runCommand(t, dir, env, own); err != nil {
+			t.Errorf("the older release's index fails its own version's command: %v\n%s", err, out)
+		}
+	}
 }

@@ -45,7 +45,8 @@ import (
 // does, and then runs each command of its release notes' Verify section,
 // as written there, in the bundle, with the cosign make test builds first
 // on $PATH: every command passes with the release's public key as
-// cosign.pub; every cosign command fails with another key's; the chart's
+// cosign.pub; every cosign command fails with another key's; the image's
+// fails on an older release's index signed with the same key; the chart's
 // and the checksums' fail once the chart has changed by a byte. The notes
 // must give one command for each artifact: the checksums and their
 // signature, the image, each platform's SBOM attestation, the provenance
@@ -113,6 +114,7 @@ func TestReleaseVerifies(t *testing.T) {
 		checkAttestation(t, printed["SBOM of "+p], "https://spdx.dev/Document", res.images[p], sbom)
 	}
 	checkAttestation(t, printed["provenance"], "https://slsa.dev/provenance/v1", res.index, res.provenance)
+	checkOlderReleaseFails(t, c, res, cmds, c.out, env)
 
 	// With another key every signature check must fail: a command that
 	// passed without checking the key would pass here too.
