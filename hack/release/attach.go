@@ -50,6 +50,15 @@ var emptyJSON = []byte("{}")
 // (sha256-<digest>) up to date, which oras and crane read too. The
 // artifacts carry only the commit's time, so that a rebuild pushes the
 // same digests again.
+//
+// They are not signed, and are kept beside the signed attestations (sign.go)
+// for discovery: tools that look for an image's SBOM through the referrers
+// API find these, and cosign v2's attestations sit under its own .att tag,
+// where such tools do not look. Anyone who can push to the repository can
+// add referrers of their own anyway, so a referrer's presence never vouched
+// for anything; the notes and the README say that the attestation is the
+// signed SBOM, and that an artifact's blob, the bundle's file byte for byte,
+// is checked by the signed SHA256SUMS.
 func attachSBOMs(ctx context.Context, c config, idx v1.ImageIndex, binaries []binary, created time.Time) error {
 	m, err := idx.IndexManifest()
 	if err != nil {

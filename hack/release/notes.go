@@ -124,6 +124,13 @@ func writeNotes(ctx context.Context, c config, res *result) error {
 		fmt.Fprintf(&b, "; in the registry each is also attached to its image as an OCI artifact of type `%s` (`oras discover %s@<image digest>`)", sbomMediaType, c.registry)
 	}
 	b.WriteString(".\n\n")
+	if c.registry != "" {
+		b.WriteString("That artifact is not signed: it is there to be found through the registry's referrers API, by tools that look for SBOMs there. ")
+		if c.cosignKey != "" {
+			b.WriteString("The signed SBOM is the attestation above. ")
+		}
+		b.WriteString("Its blob is the bundle's file, byte for byte, under the same name (`oras pull` writes it so), so `sha256sum -c --ignore-missing SHA256SUMS` checks a copy taken from the registry.\n\n")
+	}
 	if prev != "" {
 		fmt.Fprintf(&b, "## Changes since %s (%d commits)\n\n", prev, changes)
 	} else {

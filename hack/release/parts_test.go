@@ -263,3 +263,47 @@ func TestValidate(t *testing.T) {
 		}
 	}
 }
+
+// checkSBOMReferrers: the notes say the SBOM artifacts attached to the
+// images are not signed, and how to check one: each one's blob is the
+// bundle's file of that name, whose checksum the signed SHA256SUMS lists.
+func checkSBOMReferrers(t *testing.T, notes []byte, c config, res *result) {
+	t.Helper()
+	if !strings.Contains(string(notes), "That artifact is not signed") || !strings.Contains(string(notes), "The signed SBOM is the attestation above") {
+		t.Errorf("the release notes do not say that the SBOM artifacts in the registry are unsigned, and which SBOM is signed:\n%s", notes)
+	}
+	sums, err := os.ReadFile(filepath.Join(c.out, sumsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo, err := name.NewRepository(c.registry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range c.platforms {
+		file := "bar-controller-" + strings.ReplaceAll(p, "/", "-") + ".spdx.json"
+		refs, err := remote.Referrers(repo.Digest(res.images[p].String()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rm, err := refs.IndexManifest()
+		if err != nil || len(rm.Manifests) != 1 {
+			t.Fatalf("the %s image's referrers: %+v, %v; want its SBOM", p, rm, err)
+		}
+		art, err := remote.Image(repo.Digest(rm.Manifests[0].Digest.String()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		layers, err := art.Layers()
+		if err != nil || len(layers) != 1 {
+			t.Fatalf("the %s SBOM artifact has layers %v, %v", p, layers, err)
+		}
+		d, err := layers[0].Digest()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if line := d.Hex + "  " + file + "\n"; !strings.Contains(string(sums), line) {
+			t.Errorf("the %s SBOM artifact's blob is %s, which %s does not list as %s:\n%s", p, d, sumsFile, file, sums)
+		}
+	}
+}

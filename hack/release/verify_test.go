@@ -115,6 +115,7 @@ func TestReleaseVerifies(t *testing.T) {
 	}
 	checkAttestation(t, printed["provenance"], "https://slsa.dev/provenance/v1", res.index, res.provenance)
 	checkOlderReleaseFails(t, c, res, cmds, c.out, env)
+	checkSBOMReferrers(t, notes, c, res)
 
 	// With another key every signature check must fail: a command that
 	// passed without checking the key would pass here too.
