@@ -41,9 +41,15 @@ import (
 // is converted in milliseconds, while the API server waits 10 s for an
 // answer. A caller slower than this is not the API server, or is one that
 // gave up already.
+//
+// An idle connection is kept longer than serving's default: the API server
+// converts in bursts (a list, a migration) and each new connection costs
+// it a TLS handshake; another source's idle ones give way when the
+// listener is full (serving.ConnLimits), so they cost no slot.
 const (
 	bodyTimeout   = 10 * time.Second
 	answerTimeout = 15 * time.Second
+	idleTimeout   = 30 * time.Second
 )
 
 // Server is the webhook as the controller runs it: the Converter over
@@ -122,9 +128,9 @@ func handler(c http.Handler, apiServer []netip.Prefix) http.Handler {
 // more than it needs, and a refused one is reset, which it retries. 256
 // in all hold about 15 MiB at most over TLS (internal/serving's
 // TestConnectionMemory: about 60 KiB each with a header just under the
-// limit), and take four addresses at their share to fill, after which the
-// sources share them evenly (serving.ConnLimits): a flood from a few Pods
-// leaves the API server its connections.
+// limit), and take four addresses at their share to fill; an idle one
+// gives way to a new one then (serving.ConnLimits), so only connections
+// with requests in flight can keep the API server out.
 var connLimits = serving.ConnLimits{Total: 256, PerSource: 64}
 
 // listenOptions are the webhook listener's bounds beyond serving's
@@ -133,7 +139,7 @@ func listenOptions(apiServer []netip.Prefix) []serving.Option {
 	limits := connLimits
 	limits.Trusted = apiServer
 	return []serving.Option{serving.WithReadTimeout(bodyTimeout), serving.WithWriteTimeout(answerTimeout),
-		serving.WithConnLimits(limits)}
+		serving.WithIdleTimeout(idleTimeout), serving.WithConnLimits(limits)}
 }
 
 // servedLeaf is the certificate keeper serves, or nil: its expiry is a

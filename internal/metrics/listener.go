@@ -30,12 +30,12 @@ const (
 	// connections open; the new one is closed at once.
 	ListenerRefusedSource = "per_source"
 	// ListenerRefusedTotal: the listener has its maximum of connections
-	// open and no source holds more than the new one's would; the new one
-	// is closed at once.
+	// open, each with a request in a handler; the new one is closed at
+	// once.
 	ListenerRefusedTotal = "total"
-	// ListenerEvicted: the listener had its maximum open, and the oldest
-	// connection of the source holding the most was closed to admit a
-	// source holding fewer.
+	// ListenerEvicted: the listener had its maximum open, and an idle one
+	// (the oldest idle one of the source holding the most) was closed to
+	// admit a new one.
 	ListenerEvicted = "evicted"
 )
 
@@ -46,7 +46,7 @@ var (
 	}, []string{"endpoint"})
 	listenerRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "bar_controller_listener_connections_refused_total",
-		Help: "Connections a listener closed because of its connection limits, by endpoint and reason (per_source, total: refused at accept; evicted: an open one closed to admit another source's).",
+		Help: "Connections a listener closed because of its connection limits, by endpoint and reason (per_source, total: refused at accept; evicted: an idle one closed to admit a new one).",
 	}, []string{"endpoint", "reason"})
 	listenerUnserved = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "bar_controller_listener_connections_unserved_total",

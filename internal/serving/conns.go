@@ -19,6 +19,7 @@ package serving
 import (
 	"context"
 	"net"
+	"net/http"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -35,13 +36,15 @@ type ConnLimits struct {
 	// Total is the most connections open at once.
 	Total int
 	// PerSource is the most from one source address (a Pod, a node): one
-	// source cannot hold the listener, and a few cannot hold it together,
-	// since at Total the source holding the most gives way (below).
+	// source cannot hold the listener, and at Total an idle connection
+	// gives way to a new one (below), so no number of sources can hold it
+	// with connections that do nothing.
 	PerSource int
 	// Trusted are addresses the operator says only the API server calls
 	// from: none of their connections is refused for PerSource or given
-	// way, and at Total one of them takes the oldest connection of the
-	// other source holding the most.
+	// way, and at Total one of them takes another source's idle
+	// connection or, if none is idle, the oldest of the source holding the
+	// most, request in flight or not: its call matters more than theirs.
 	Trusted []netip.Prefix
 }
 
@@ -55,14 +58,20 @@ func (l ConnLimits) trusted(src netip.Addr) bool {
 }
 
 // limitListener enforces ConnLimits as it accepts. A connection over
-// PerSource is closed at once. At Total, a new connection from a source
-// that holds fewer than the source holding the most, less one, closes
-// that source's oldest connection and takes its place; otherwise it is
-// closed at once. So sources share the listener evenly when it is full:
-// k sources flooding it leave every other source its own connections,
-// unless there are as many flooding sources as Total. The API server, the
-// kubelet and Prometheus each call from an address of their own, with a
-// few connections, and keep them whatever other Pods open.
+// PerSource is closed at once. At Total, a new connection closes an idle
+// one, whatever the sources, and takes its place: the oldest idle one of
+// the source holding the most. Idle means no request on it has reached a
+// handler since its last answer: kept alive between requests, or opened
+// with its headers not all arrived (at most ReadHeaderTimeout). A
+// connection whose request is in a handler is never closed for another
+// (but for a Trusted one's): that would cut a call mid-flight, perhaps
+// the API server's. If every connection is in flight, the new one is
+// closed at once. Before, only a source holding more than the newcomer
+// and one gave way, so Total sources holding one idle keep-alive each
+// refused everyone else, the kubelet's probes included, and every
+// replica's liveness probe failed (issue 39, C2). To refuse a newcomer
+// now, the listener must be full of requests in handlers, which end
+// within the endpoint's read and write timeouts, most in microseconds.
 //
 // Refused and evicted connections are closed with a reset (SO_LINGER 0):
 // nothing of them lingers in the kernel, and a client with a request to
@@ -77,6 +86,7 @@ type limitListener struct {
 	open     int
 	bySource map[string][]*limitedConn // oldest first
 	trusted  map[string]bool           // the sources connected now that ConnLimits.Trusted holds
+	seq      uint64                    // connections admitted so far: their order, oldest first
 }
 
 func newLimitListener(l net.Listener, endpoint string, limits ConnLimits) *limitListener {
@@ -118,29 +128,67 @@ func (l *limitListener) admit(c net.Conn) (admitted, victim *limitedConn, reason
 		return nil, nil, metrics.ListenerRefusedSource
 	}
 	if l.limits.Total > 0 && l.open >= l.limits.Total {
-		heaviest, most := "", 0
-		for s, conns := range l.bySource {
-			if len(conns) > most && !l.trusted[s] {
-				heaviest, most = s, len(conns)
-			}
-		}
-		// Only a source that would still hold more than this one after
-		// giving way gives way: two sources never take turns evicting
-		// each other. A trusted source takes from any other.
-		if most == 0 || (!trusted && most <= mine+1) {
+		if victim = l.victimLocked(trusted); victim == nil {
 			return nil, nil, metrics.ListenerRefusedTotal
 		}
-		victim = l.bySource[heaviest][0]
 		l.forgetLocked(victim)
 	}
 	if trusted {
 		l.trusted[src] = true
 	}
-	admitted = &limitedConn{Conn: c, l: l, source: src}
+	l.seq++
+	admitted = &limitedConn{Conn: c, l: l, source: src, seq: l.seq}
 	l.bySource[src] = append(l.bySource[src], admitted)
 	l.open++
 	metrics.SetListenerConnections(l.endpoint, l.open)
 	return admitted, victim, ""
+}
+
+// victimLocked picks the connection to close for a new one at Total, and
+// marks it evicted, or returns nil: the oldest idle connection of the
+// untrusted source holding the most (the oldest of them on a tie); for a
+// trusted newcomer, if none is idle, the oldest connection of the
+// untrusted source holding the most.
+func (l *limitListener) victimLocked(trusted bool) *limitedConn {
+	for {
+		var best *limitedConn
+		bestN := 0
+		for s, conns := range l.bySource {
+			if l.trusted[s] {
+				continue
+			}
+			for _, c := range conns { // oldest first: the first idle one
+				if c.state.Load() != connIdle {
+					continue
+				}
+				if n := len(conns); n > bestN || (n == bestN && c.seq < best.seq) {
+					best, bestN = c, n
+				}
+				break
+			}
+		}
+		if best == nil {
+			break
+		}
+		// Its request may have reached a handler since: then look again.
+		if best.state.CompareAndSwap(connIdle, connEvicted) {
+			return best
+		}
+	}
+	if !trusted {
+		return nil
+	}
+	var best *limitedConn
+	for s, conns := range l.bySource {
+		if !l.trusted[s] && (best == nil || len(conns) > len(l.bySource[best.source]) ||
+			(len(conns) == len(l.bySource[best.source]) && conns[0].seq < best.seq)) {
+			best = conns[0]
+		}
+	}
+	if best != nil {
+		best.state.Store(connEvicted)
+	}
+	return best
 }
 
 // forgetLocked stops counting c, once.
@@ -171,8 +219,15 @@ type limitedConn struct {
 	net.Conn
 	l      *limitListener
 	source string
+	seq    uint64 // its order of admission
 	// served is set once a request on it reached a handler (markServed).
 	served atomic.Bool
+	// state is connIdle, connBusy while a request is in a handler and its
+	// answer not yet finished (markServed to markIdle), or connEvicted
+	// once the listener chose to close it: a request that reaches a
+	// handler after that does not make it busy, and one in a handler
+	// keeps it from being chosen (victimLocked).
+	state atomic.Int32
 
 	forgotten bool // guarded by l.mu
 	closeOnce sync.Once
@@ -229,6 +284,12 @@ func sourceOf(a net.Addr) (string, netip.Addr) {
 	return a.String(), netip.Addr{}
 }
 
+const (
+	connIdle int32 = iota
+	connBusy
+	connEvicted
+)
+
 type connKey struct{}
 
 // connContext remembers a request's connection in its context
@@ -243,9 +304,27 @@ func connContext(ctx context.Context, c net.Conn) context.Context {
 	return ctx
 }
 
-// markServed records that a request on the connection reached a handler.
+// markServed records that a request on the connection reached a handler:
+// the connection is busy until its answer is finished (markIdle).
 func markServed(ctx context.Context) {
 	if lc, ok := ctx.Value(connKey{}).(*limitedConn); ok {
 		lc.served.Store(true)
+		lc.state.CompareAndSwap(connIdle, connBusy)
+	}
+}
+
+// markIdle records that the connection's last answer is finished and it
+// waits for another request (http.Server.ConnState's StateIdle, which
+// net/http reports once the answer is written, so a connection is not
+// closed for another while it still writes one).
+func markIdle(c net.Conn, state http.ConnState) {
+	if state != http.StateIdle {
+		return
+	}
+	if nc, ok := c.(interface{ NetConn() net.Conn }); ok { // *tls.Conn
+		c = nc.NetConn()
+	}
+	if lc, ok := c.(*limitedConn); ok {
+		lc.state.CompareAndSwap(connBusy, connIdle)
 	}
 }

@@ -96,19 +96,13 @@ func listenerCounts(t *testing.T, endpoint string) map[string]float64 {
 }
 
 // On a real listener: past its share a source's connection is refused;
-// when the listener is full, a source with fewer connections takes the
-// oldest of the source with the most, and never from a source with as
-// few as its own but one; each closing is counted by reason, and the
-// connections open are a gauge.
+// when the listener is full, a new connection takes the oldest idle one
+// of the source holding the most (the oldest of them on a tie); each
+// closing is counted by reason, and the connections open are a gauge.
 func TestConnLimits(t *testing.T) {
 	endpoint := "conns-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, "ok") })
-	addr, stop, err := Listen(context.Background(), endpoint, "127.0.0.1:0", ok, nil, WithConnLimits(ConnLimits{Total: 4, PerSource: 3}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stop()
-	a := addr.String()
+	a, l := listen(t, endpoint, ok, ConnLimits{Total: 4, PerSource: 3})
 
 	var flood []*client
 	for i := range 3 {
@@ -125,32 +119,35 @@ func TestConnLimits(t *testing.T) {
 	if code := other.get(); code != http.StatusOK {
 		t.Fatalf("127.0.0.3's first connection: %d", code)
 	}
-	// The listener is full (4). 127.0.0.3 holds 1, 127.0.0.2 holds 3:
-	// 127.0.0.2's oldest gives way.
+	// The listener is full (4), all idle. 127.0.0.3 holds 1, 127.0.0.2
+	// holds 3: 127.0.0.2's oldest gives way.
+	waitIdle(t, l, 4)
 	if code := dialFrom(t, "127.0.0.3", a).get(); code != http.StatusOK {
 		t.Fatalf("127.0.0.3's second connection, the listener full: %d, want 200 (an eviction)", code)
 	}
 	if code := flood[0].get(); code != 0 {
 		t.Errorf("127.0.0.2's oldest connection answered %d after the eviction, want closed", code)
 	}
-	for i, c := range flood[1:] {
-		if code := c.get(); code != http.StatusOK {
-			t.Errorf("127.0.0.2's connection %d: %d, want still open", i+2, code)
-		}
+	// 2 and 2, all idle: the oldest of the tie, 127.0.0.2's, gives way.
+	waitIdle(t, l, 4)
+	if code := dialFrom(t, "127.0.0.3", a).get(); code != http.StatusOK {
+		t.Errorf("127.0.0.3's third connection, 2 and 2 idle: %d, want 200 (an eviction)", code)
 	}
-	// 2 and 2: nobody gives way to a third.
-	if code := dialFrom(t, "127.0.0.3", a).get(); code != 0 {
-		t.Errorf("127.0.0.3's third connection, 2 and 2 open: answered %d, want closed", code)
+	if code := flood[1].get(); code != 0 {
+		t.Errorf("127.0.0.2's oldest connection answered %d after the second eviction, want closed", code)
+	}
+	if code := flood[2].get(); code != http.StatusOK {
+		t.Errorf("127.0.0.2's last connection: %d, want still open", code)
 	}
 	if code := other.get(); code != http.StatusOK {
-		t.Errorf("127.0.0.3's first connection after its third was refused: %d", code)
+		t.Errorf("127.0.0.3's first connection: %d, want still open", code)
 	}
 
 	got := listenerCounts(t, endpoint)
 	for name, want := range map[string]float64{
 		`bar_controller_listener_connections_refused_total{reason="per_source"}`: 1,
-		`bar_controller_listener_connections_refused_total{reason="evicted"}`:    1,
-		`bar_controller_listener_connections_refused_total{reason="total"}`:      1,
+		`bar_controller_listener_connections_refused_total{reason="evicted"}`:    2,
+		`bar_controller_listener_connections_refused_total{reason="total"}`:      0,
 		`bar_controller_listener_connections{}`:                                  4,
 	} {
 		if got[name] != want {

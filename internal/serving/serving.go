@@ -49,10 +49,16 @@ func Serve(ctx context.Context, name, addr string, h http.Handler, tlsConfig *tl
 // second holds a goroutine and a connection for that long, not forever;
 // no endpoint takes a body that the network between Pods needs seconds to
 // carry. An idle keep-alive connection is closed after IdleTimeout, so
-// idle sockets cannot pile up either. There is no default WriteTimeout: a
-// CPU profile (/debug/pprof/profile) writes its answer only after the
-// seconds it was asked to sample; endpoints whose answers are quick set
-// one (WithWriteTimeout).
+// idle sockets cannot pile up either: 5 s, as the probes' and metrics'
+// callers call seconds apart or more (the kubelet does not keep its
+// probes' connections; Prometheus scrapes every 15 s or more, and opens a
+// connection again for the next), and an idle connection held a slot of
+// the connection limits for 90 s before (issue 39, C2); at Total an idle
+// one gives way anyway (ConnLimits). The webhook, which the API server
+// calls in bursts, keeps its own (internal/conversion). There is no
+// default WriteTimeout: a CPU profile (/debug/pprof/profile) writes its
+// answer only after the seconds it was asked to sample; endpoints whose
+// answers are quick set one (WithWriteTimeout).
 //
 // ReadHeaderTimeout is short because every caller sends its headers in one
 // write: the API server, the kubelet and Prometheus, a few hundred bytes
@@ -68,13 +74,13 @@ func Serve(ctx context.Context, name, addr string, h http.Handler, tlsConfig *tl
 const (
 	ReadHeaderTimeout = 3 * time.Second
 	ReadTimeout       = 30 * time.Second
-	IdleTimeout       = 90 * time.Second
+	IdleTimeout       = 5 * time.Second
 	MaxHeaderBytes    = 16 << 10
 )
 
 // DefaultConnLimits bound the connections of an endpoint whose callers
 // are few and call one request at a time: the kubelet's probes, a few
-// Prometheus scrapers, each keeping a connection per target. 64 hold about
+// Prometheus scrapers, each with a connection per target. 64 hold about
 // 4 MiB at most over TLS (TestConnectionMemory). The metrics endpoint's
 // token filter (internal/apiauth) still answers a flood of tokens with its
 // own 429s within them: test/faults' TestMetricsAuthFlood, 200 requests a
@@ -95,6 +101,11 @@ type settings struct {
 // arrive.
 func WithReadTimeout(d time.Duration) Option {
 	return func(s *settings) { s.srv.ReadTimeout = d }
+}
+
+// WithIdleTimeout replaces IdleTimeout.
+func WithIdleTimeout(d time.Duration) Option {
+	return func(s *settings) { s.srv.IdleTimeout = d }
 }
 
 // WithConnLimits replaces DefaultConnLimits.
@@ -126,7 +137,10 @@ func Listen(ctx context.Context, name, addr string, h http.Handler, tlsConfig *t
 		TLSNextProto: map[string]func(*http.Server, *tls.Conn, http.Handler){},
 		BaseContext:  func(net.Listener) context.Context { return base },
 		ConnContext:  connContext,
-		ErrorLog:     log.New(serverErrors{logger.WithValues("endpoint", name)}, "", 0)}
+		// Tells the connection limits which connections are idle, and may
+		// give way to a new one.
+		ConnState: markIdle,
+		ErrorLog:  log.New(serverErrors{logger.WithValues("endpoint", name)}, "", 0)}
 	set := settings{srv: srv, conns: DefaultConnLimits}
 	for _, o := range opts {
 		o(&set)
@@ -139,7 +153,11 @@ func Listen(ctx context.Context, name, addr string, h http.Handler, tlsConfig *t
 	bound := raw.Addr()
 	// Counted and limited below TLS: a refused connection costs no
 	// handshake.
-	var l net.Listener = newLimitListener(raw, name, set.conns)
+	limited := newLimitListener(raw, name, set.conns)
+	if listened != nil {
+		listened(limited)
+	}
+	var l net.Listener = limited
 	scheme := "http"
 	if tlsConfig != nil {
 		l, scheme = tls.NewListener(l, tlsConfig), "https"
@@ -156,6 +174,11 @@ func Listen(ctx context.Context, name, addr string, h http.Handler, tlsConfig *t
 		_ = srv.Shutdown(shutdownCtx)
 	}, nil
 }
+
+// listened, when a test sets it, is given each endpoint's connection
+// limits as Listen starts them, so that the test can wait for the state
+// it means to test (connections idle) rather than sleep for it.
+var listened func(*limitListener)
 
 // serverErrors sends net/http's own messages, such as a failed TLS
 // handshake (a client that does not trust the certificate yet), to the
