@@ -47,10 +47,17 @@ import (
 // that declares 4 MiB and sends none holds 4 KiB, until the listener cuts
 // it (serving.BodyGrace), and to hold n bytes a caller must send them and
 // keep sending at serving.MinBodyRate. The share bounds what one address
-// holds that way: one review of the largest size, so two addresses that
-// both send their share at full rate, again and again, are the fewest
-// that can fill the budget; before, two that sent nothing could
-// (issue 39).
+// holds that way, and it shrinks as more addresses are in flight: alone,
+// one review of the largest size; with m addresses holding some of the
+// budget (itself among them), (budget - newcomerRoom)/m, but never less
+// than fairFloor. So addresses that send as much as they may, at any
+// rate, leave newcomerRoom to one more, the API server: before, one
+// address could hold half the budget however many were in flight, and
+// four sending 4 MiB bodies at 1.5 MiB/s, again and again, got 171 of 175
+// of the API server's reviews refused (issue 39, M1). An address counts
+// from when it reserves until it holds nothing: one that grew while
+// fewer were counted keeps what it holds, so the room is sure only once
+// every flooding address has grown since the last one came.
 //
 // A request that does not fit, at its admission or at a growth, is
 // answered 429 with Retry-After, and its connection closed: waiting would
@@ -88,10 +95,22 @@ const (
 	// many such requests one address has in flight (64, 256 KiB of its
 	// share).
 	minReservation = 4 << 10
-	// addressShare: the most of the budget one client address may hold:
-	// one review of the largest size (its buffer is a byte longer than
-	// its body, the room to see the body's end) and a first piece more.
+	// addressShare: the most of the budget one client address may hold,
+	// when it is the only one in flight: one review of the largest size
+	// (its buffer is a byte longer than its body, the room to see the
+	// body's end) and a first piece more.
 	addressShare = maxRequestBytes + 2*minReservation
+	// newcomerRoom is what the addresses in flight, two or more, leave to
+	// one more: a review of a few hundred Bars, the most the API server
+	// sends but for lists not served from its watch cache; a larger one
+	// may be refused while others flood, and is retried.
+	newcomerRoom = 1 << 20
+	// fairFloor: what an address may hold however many are in flight: an
+	// empty request on each of the 64 connections the listener lets it
+	// have, or a review of a hundred Bars. Past 28 addresses it is more
+	// than their fair part, and 32 fill the budget: the NetworkPolicy, or
+	// naming the API server's addresses, is the defence against that many.
+	fairFloor = 64 * minReservation
 	// apiServerRoom is what the other addresses leave of the budget to the
 	// API server's, when they are named: one review of the largest size.
 	apiServerRoom = addressShare
@@ -143,7 +162,7 @@ func (b *budget) reserve(addr string, n int64) bool {
 		return false
 	}
 	if !apiServer {
-		if b.byAddress[addr]+n > b.perAddress {
+		if b.byAddress[addr]+n > b.shareLocked(addr) {
 			return false
 		}
 		if len(b.apiServer) > 0 && b.others+n > b.total-apiServerRoom {
@@ -155,6 +174,22 @@ func (b *budget) reserve(addr string, n int64) bool {
 	b.byAddress[addr] += n
 	metrics.SetConversionReserved(b.reserved)
 	return true
+}
+
+// shareLocked is the most addr may hold now: perAddress while it is the
+// only address in flight, and (budget - newcomerRoom)/m with m in flight,
+// itself among them, but no less than fairFloor: so the m leave room to
+// one more. Addresses count whether the API server's or not: the API
+// server's being in flight leaves the others less, never more.
+func (b *budget) shareLocked(addr string) int64 {
+	m := int64(len(b.byAddress))
+	if _, in := b.byAddress[addr]; !in {
+		m++
+	}
+	if m <= 1 {
+		return b.perAddress
+	}
+	return min(b.perAddress, max(fairFloor, (b.total-newcomerRoom)/m))
 }
 
 func (b *budget) release(addr string, n int64) {
