@@ -139,7 +139,7 @@ func listenOptions(apiServer []netip.Prefix) []serving.Option {
 	limits := connLimits
 	limits.Trusted = apiServer
 	return []serving.Option{serving.WithReadTimeout(bodyTimeout), serving.WithWriteTimeout(answerTimeout),
-		serving.WithIdleTimeout(idleTimeout), serving.WithConnLimits(limits)}
+		serving.WithIdleTimeout(idleTimeout), serving.WithConnLimits(limits), serving.WithBodies()}
 }
 
 // servedLeaf is the certificate keeper serves, or nil: its expiry is a

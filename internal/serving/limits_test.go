@@ -125,7 +125,7 @@ func TestStalledBodyIsCutAfterGrace(t *testing.T) {
 	addr, endpoint := listenFor(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, err := io.Copy(io.Discard, r.Body)
 		readErr <- err
-	}), WithReadTimeout(time.Minute))
+	}), WithReadTimeout(time.Minute), WithBodies())
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -147,12 +147,12 @@ func TestStalledBodyIsCutAfterGrace(t *testing.T) {
 	}
 }
 
-// A body the handler does not read (metrics, probes) does not hold the
-// answer: net/http reads up to 256 KiB of it before answering, to reuse
-// the connection, and waited for it until ReadTimeout.
+// A body the handler does not read does not hold the answer: net/http
+// reads up to 256 KiB of it before answering, to reuse the connection,
+// and waited for it until ReadTimeout.
 func TestUnreadBodyDoesNotHoldTheAnswer(t *testing.T) {
 	addr, _ := listenFor(t, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, "ok") }),
-		WithReadTimeout(time.Minute))
+		WithReadTimeout(time.Minute), WithBodies())
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -179,7 +179,7 @@ func TestBodyAtSpeedIsRead(t *testing.T) {
 	addr, _ := listenFor(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n, _ := io.Copy(io.Discard, r.Body)
 		got <- n
-	}))
+	}), WithBodies())
 	client := &http.Client{Timeout: 30 * time.Second}
 	for i := range 2 {
 		body := bytes.Repeat([]byte("x"), 4<<20)
@@ -215,5 +215,36 @@ func TestNoHTTP2(t *testing.T) {
 	resp.Body.Close()
 	if resp.ProtoMajor != 1 {
 		t.Errorf("served %s, want HTTP/1.1", resp.Proto)
+	}
+}
+
+// The probes and the metrics endpoint take no body: a request that
+// declares one is answered 413 and its connection closed, without waiting
+// for the body. Otherwise the connection stays busy while net/http waits
+// for a body nobody reads, and busy connections never give way to a new
+// one: four addresses of sixteen such connections each, repeated, would
+// keep the kubelet's probes out.
+func TestBodiesRefusedWhereNoneIsTaken(t *testing.T) {
+	addr, _ := listenFor(t, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, "ok") }))
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := io.WriteString(conn, "GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 65536\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(5 * BodyGrace)) // a hang bound
+	r := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(r, nil)
+	if err != nil {
+		t.Fatalf("no answer to a request whose body never came: %v", err)
+	}
+	if resp.StatusCode != http.StatusRequestEntityTooLarge || !resp.Close {
+		t.Errorf("answered %d, close %v; want 413 and the connection closed", resp.StatusCode, resp.Close)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	if _, err := r.ReadByte(); err != io.EOF {
+		t.Errorf("after the answer: %v, want the server to have closed the connection", err)
 	}
 }

@@ -93,8 +93,20 @@ var DefaultConnLimits = ConnLimits{Total: 64, PerSource: 16}
 type Option func(*settings)
 
 type settings struct {
-	srv   *http.Server
-	conns ConnLimits
+	srv    *http.Server
+	conns  ConnLimits
+	bodies bool
+}
+
+// WithBodies lets requests carry a body. Without it a request that
+// declares one is answered 413 and its connection closed at once: the
+// probes and the metrics endpoint take none, and net/http would otherwise
+// go on reading (or waiting for) a body the handler ignored, keeping the
+// connection busy, where no idle one gives way to a newcomer: a few
+// addresses declaring bodies they never send would keep every slot busy
+// and the kubelet's probes out.
+func WithBodies() Option {
+	return func(s *settings) { s.bodies = true }
 }
 
 // WithReadTimeout bounds how long a request's headers and body may take to
@@ -145,6 +157,9 @@ func Listen(ctx context.Context, name, addr string, h http.Handler, tlsConfig *t
 	for _, o := range opts {
 		o(&set)
 	}
+	if !set.bodies {
+		h = refuseBodies(h)
+	}
 	srv.Handler = bodyDeadline(name, srv.ReadTimeout, h)
 	raw, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -189,4 +204,17 @@ type serverErrors struct{ logger klog.Logger }
 func (w serverErrors) Write(p []byte) (int, error) {
 	w.logger.Info("HTTP server error", "err", strings.TrimSpace(string(p)))
 	return len(p), nil
+}
+
+// refuseBodies answers 413, and closes the connection, for a request that
+// declares a body (WithBodies).
+func refuseBodies(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength != 0 || len(r.TransferEncoding) > 0 {
+			w.Header().Set("Connection", "close")
+			http.Error(w, "Request Entity Too Large: this endpoint takes no body", http.StatusRequestEntityTooLarge)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }

@@ -85,7 +85,7 @@ func TestSlowBodyIsCutOff(t *testing.T) {
 		_, err := io.Copy(io.Discard, r.Body)
 		readErr <- err
 	})
-	addr, stop, err := Listen(context.Background(), "slow", "127.0.0.1:0", h, nil, WithReadTimeout(300*time.Millisecond))
+	addr, stop, err := Listen(context.Background(), "slow", "127.0.0.1:0", h, nil, WithReadTimeout(300*time.Millisecond), WithBodies())
 	if err != nil {
 		t.Fatal(err)
 	}
