@@ -213,6 +213,10 @@ func refuseBodies(h http.Handler) http.Handler {
 		if r.ContentLength != 0 || len(r.TransferEncoding) > 0 {
 			w.Header().Set("Connection", "close")
 			http.Error(w, "Request Entity Too Large: this endpoint takes no body", http.StatusRequestEntityTooLarge)
+			// net/http still reads up to 256 KiB of an unread body after
+			// the handler, even on a connection it will close, until the
+			// body's deadline (BodyGrace): end that wait now.
+			_ = http.NewResponseController(w).SetReadDeadline(time.Now())
 			return
 		}
 		h.ServeHTTP(w, r)
