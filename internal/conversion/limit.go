@@ -247,6 +247,7 @@ func limited(b *budget, h http.Handler) http.Handler {
 			// rather than read on for the next request.
 			w.Header().Set("Connection", "close")
 			http.Error(w, msg, code)
+			endReads(w)
 		}
 		switch {
 		case r.Method != http.MethodPost:
@@ -278,6 +279,17 @@ func refuseBusy(w http.ResponseWriter) {
 	w.Header().Set("Retry-After", strconv.Itoa(int(busyRetryAfter/time.Second)))
 	w.Header().Set("Connection", "close")
 	http.Error(w, "the webhook has as many reviews in flight as it may hold; retry", http.StatusTooManyRequests)
+	endReads(w)
+}
+
+// endReads ends the wait for the rest of a refused request's body: net/http
+// still reads up to 256 KiB of an unread body after the handler, even on a
+// connection it will close, until the body's deadline (serving.BodyGrace
+// and its pace), and the connection held its slot of the listener and its
+// goroutine that long for a request already answered. The answer is
+// written all the same.
+func endReads(w http.ResponseWriter) {
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now())
 }
 
 func tooLarge(n int64) string {

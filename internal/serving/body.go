@@ -53,7 +53,11 @@ const (
 // counted from there. It applies to a body the handler never reads too:
 // net/http reads up to 256 KiB of one after the handler (to reuse the
 // connection) under the deadline set here, rather than for ReadTimeout.
-func bodyDeadline(endpoint string, readTimeout time.Duration, h http.Handler) http.Handler {
+//
+// While the handler waits for the body, its connection may give way to a
+// newcomer at Total (limitListener): the caller, not the handler, decides
+// how long that wait lasts.
+func bodyDeadline(endpoint string, readTimeout, grace time.Duration, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		markServed(r.Context())
 		if r.ContentLength == 0 || r.Body == nil || r.Body == http.NoBody {
@@ -61,7 +65,8 @@ func bodyDeadline(endpoint string, readTimeout time.Duration, h http.Handler) ht
 			return
 		}
 		start := time.Now()
-		b := &pacedBody{ReadCloser: r.Body, rc: http.NewResponseController(w), endpoint: endpoint, start: start}
+		b := &pacedBody{ReadCloser: r.Body, rc: http.NewResponseController(w), endpoint: endpoint, start: start,
+			grace: grace, declared: r.ContentLength, conn: awaitBody(r.Context())}
 		if readTimeout > 0 {
 			b.limit = start.Add(readTimeout)
 		}
@@ -76,14 +81,17 @@ type pacedBody struct {
 	rc       *http.ResponseController
 	endpoint string
 	start    time.Time
+	grace    time.Duration
 	limit    time.Time // zero: none
+	declared int64     // the Content-Length; -1: none
 	received int64
 	done     bool
+	conn     *limitedConn // nil: not a limited listener's
 }
 
 // pace sets the deadline for the next bytes.
 func (b *pacedBody) pace() {
-	d := b.start.Add(BodyGrace + time.Duration(float64(b.received)/MinBodyRate*float64(time.Second)))
+	d := b.start.Add(b.grace + time.Duration(float64(b.received)/MinBodyRate*float64(time.Second)))
 	if !b.limit.IsZero() && d.After(b.limit) {
 		d = b.limit
 	}
@@ -96,6 +104,11 @@ func (b *pacedBody) Read(p []byte) (int, error) {
 	}
 	n, err := b.ReadCloser.Read(p)
 	b.received += int64(n)
+	if b.declared >= 0 && b.received >= b.declared {
+		// All in, though the reader may say so (EOF) only at the next
+		// read, which a handler that knows the length need not make.
+		b.conn.bodyDone()
+	}
 	switch {
 	case err == nil:
 		b.pace()
@@ -106,6 +119,7 @@ func (b *pacedBody) Read(p []byte) (int, error) {
 		// handler would outlive (the read's failure would cancel the
 		// request's context).
 		b.done = true
+		b.conn.bodyDone()
 		_ = b.rc.SetReadDeadline(b.limit)
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		b.done = true

@@ -45,6 +45,8 @@ type ConnLimits struct {
 	// way, and at Total one of them takes another source's idle
 	// connection or, if none is idle, the oldest of the source holding the
 	// most, request in flight or not: its call matters more than theirs.
+	// Without them the API server is a source like any other, which the
+	// fair shares of limitListener protect.
 	Trusted []netip.Prefix
 }
 
@@ -59,19 +61,43 @@ func (l ConnLimits) trusted(src netip.Addr) bool {
 
 // limitListener enforces ConnLimits as it accepts. A connection over
 // PerSource is closed at once. At Total, a new connection closes an idle
-// one, whatever the sources, and takes its place: the oldest idle one of
-// the source holding the most. Idle means no request on it has reached a
-// handler since its last answer: kept alive between requests, or opened
-// with its headers not all arrived (at most ReadHeaderTimeout). A
-// connection whose request is in a handler is never closed for another
-// (but for a Trusted one's): that would cut a call mid-flight, perhaps
-// the API server's. If every connection is in flight, the new one is
-// closed at once. Before, only a source holding more than the newcomer
-// and one gave way, so Total sources holding one idle keep-alive each
-// refused everyone else, the kubelet's probes included, and every
-// replica's liveness probe failed (issue 39, C2). To refuse a newcomer
-// now, the listener must be full of requests in handlers, which end
-// within the endpoint's read and write timeouts, most in microseconds.
+// one and takes its place: the oldest idle one of the source holding the
+// most, if that source holds more than the newcomer's. Idle means no
+// request on it has reached a handler since its last answer: kept alive
+// between requests, or opened with its headers not all arrived (at most
+// ReadHeaderTimeout). Before issue 39's C2, only a source holding more
+// than the newcomer's and one gave way, so Total sources holding one idle
+// keep-alive each refused everyone else, the kubelet's probes included,
+// and every replica's liveness probe failed. Any idle connection giving
+// way, whatever its source held, would let a flood's sources, redialling
+// as they are refused, take the API server's new connection in the
+// milliseconds between its dial and its request. So a source that holds
+// none, as the kubelet's probes, finds every idle connection open to it,
+// and one that holds many only the idle ones of sources holding more.
+//
+// If none is idle, a connection whose handler waits for the rest of its
+// body gives way, but only one of a source holding more than the
+// newcomer's and one: the oldest such of the source holding the most.
+// That is the only way to keep a connection busy for long without the
+// replica's help: a body's bytes are the caller's to send, and the
+// listener's pace (BodyGrace, MinBodyRate) lets it take seconds. Without
+// it, four Pods of 64 connections each that declared bodies, sent them
+// slowly and redialled as they were cut kept every slot of the webhook
+// busy, and the API server got 5 of 110 reviews answered (issue 39,
+// round-2 review, M1). Now a source's waits stay only while it holds no
+// more than the newcomer's source and one, so to refuse the API server (a
+// source holding none, or a few) the sources must hold about one each:
+// Total of them. A body the API server sends is on the wire whole within
+// milliseconds of its headers, so its waits are short and, the API server
+// holding few connections, seldom the ones chosen; a connection cut so is
+// reset, which its client retries.
+//
+// A connection whose request is in a handler with its body all read (or
+// none) is never closed for another (but for a Trusted one's): that would
+// cut a call mid-flight, perhaps the API server's review mid-conversion,
+// and the handler, not the caller, decides how long it lasts. If every
+// connection is so, or holds a body's wait of a source no larger than the
+// newcomer's and one, the new one is closed at once.
 //
 // Refused and evicted connections are closed with a reset (SO_LINGER 0):
 // nothing of them lingers in the kernel, and a client with a request to
@@ -128,7 +154,7 @@ func (l *limitListener) admit(c net.Conn) (admitted, victim *limitedConn, reason
 		return nil, nil, metrics.ListenerRefusedSource
 	}
 	if l.limits.Total > 0 && l.open >= l.limits.Total {
-		if victim = l.victimLocked(trusted); victim == nil {
+		if victim = l.victimLocked(trusted, mine); victim == nil {
 			return nil, nil, metrics.ListenerRefusedTotal
 		}
 		l.forgetLocked(victim)
@@ -145,35 +171,23 @@ func (l *limitListener) admit(c net.Conn) (admitted, victim *limitedConn, reason
 }
 
 // victimLocked picks the connection to close for a new one at Total, and
-// marks it evicted, or returns nil: the oldest idle connection of the
-// untrusted source holding the most (the oldest of them on a tie); for a
-// trusted newcomer, if none is idle, the oldest connection of the
-// untrusted source holding the most.
-func (l *limitListener) victimLocked(trusted bool) *limitedConn {
-	for {
-		var best *limitedConn
-		bestN := 0
-		for s, conns := range l.bySource {
-			if l.trusted[s] {
-				continue
-			}
-			for _, c := range conns { // oldest first: the first idle one
-				if c.state.Load() != connIdle {
-					continue
-				}
-				if n := len(conns); n > bestN || (n == bestN && c.seq < best.seq) {
-					best, bestN = c, n
-				}
-				break
-			}
-		}
-		if best == nil {
-			break
-		}
-		// Its request may have reached a handler since: then look again.
-		if best.state.CompareAndSwap(connIdle, connEvicted) {
-			return best
-		}
+// marks it evicted, or returns nil. In order: the oldest idle connection
+// of the untrusted source holding the most, if it holds more than mine
+// (what the newcomer's source holds); the oldest connection waiting for
+// its body, of the untrusted source holding the most, if it holds more
+// than mine+1 (a body cut is a request lost, so only for a source that
+// holds clearly more, and equals do not take turns cutting each other);
+// for a trusted newcomer, the oldest connection of the untrusted source
+// holding the most, whatever its state. Ties go to the oldest.
+func (l *limitListener) victimLocked(trusted bool, mine int) *limitedConn {
+	if trusted {
+		mine = 0 // an idle connection of any source first, whatever it holds
+	}
+	if c := l.pickLocked(connIdle, mine); c != nil {
+		return c
+	}
+	if c := l.pickLocked(connBody, mine+1); c != nil {
+		return c
 	}
 	if !trusted {
 		return nil
@@ -189,6 +203,38 @@ func (l *limitListener) victimLocked(trusted bool) *limitedConn {
 		best.state.Store(connEvicted)
 	}
 	return best
+}
+
+// pickLocked marks evicted, and returns, the oldest connection in state of
+// the untrusted source holding the most connections, more than over, that
+// has one in that state (the oldest of them on a tie), or returns nil.
+func (l *limitListener) pickLocked(state int32, over int) *limitedConn {
+	for {
+		var best *limitedConn
+		bestN := over
+		for s, conns := range l.bySource {
+			if l.trusted[s] || len(conns) <= over {
+				continue
+			}
+			for _, c := range conns { // oldest first: the first in state
+				if c.state.Load() != state {
+					continue
+				}
+				if n := len(conns); n > bestN || (n == bestN && c.seq < best.seq) {
+					best, bestN = c, n
+				}
+				break
+			}
+		}
+		if best == nil {
+			return nil
+		}
+		// Its state may have changed since (a request reached a handler,
+		// a body was all read): then look again.
+		if best.state.CompareAndSwap(state, connEvicted) {
+			return best
+		}
+	}
 }
 
 // forgetLocked stops counting c, once.
@@ -223,10 +269,12 @@ type limitedConn struct {
 	// served is set once a request on it reached a handler (markServed).
 	served atomic.Bool
 	// state is connIdle, connBusy while a request is in a handler and its
-	// answer not yet finished (markServed to markIdle), or connEvicted
-	// once the listener chose to close it: a request that reaches a
-	// handler after that does not make it busy, and one in a handler
-	// keeps it from being chosen (victimLocked).
+	// answer not yet finished (markServed to markIdle), connBody while
+	// that handler waits for the rest of a body (awaitBody to bodyDone),
+	// or connEvicted once the listener chose to close it: a request that
+	// reaches a handler after that does not make it busy, and one in a
+	// handler with its body read keeps it from being chosen
+	// (victimLocked).
 	state atomic.Int32
 
 	forgotten bool // guarded by l.mu
@@ -287,6 +335,7 @@ func sourceOf(a net.Addr) (string, netip.Addr) {
 const (
 	connIdle int32 = iota
 	connBusy
+	connBody
 	connEvicted
 )
 
@@ -313,6 +362,26 @@ func markServed(ctx context.Context) {
 	}
 }
 
+// awaitBody records that the request's handler is about to wait for a
+// body (bodyDeadline) and returns its connection, to tell when the body is
+// all in (bodyDone); nil if the connection is not a limited one.
+func awaitBody(ctx context.Context) *limitedConn {
+	lc, ok := ctx.Value(connKey{}).(*limitedConn)
+	if !ok {
+		return nil
+	}
+	lc.state.CompareAndSwap(connBusy, connBody)
+	return lc
+}
+
+// bodyDone records that the connection's request body is all in: from now
+// on its handler, not its caller, decides how long it stays busy.
+func (c *limitedConn) bodyDone() {
+	if c != nil {
+		c.state.CompareAndSwap(connBody, connBusy)
+	}
+}
+
 // markIdle records that the connection's last answer is finished and it
 // waits for another request (http.Server.ConnState's StateIdle, which
 // net/http reports once the answer is written, so a connection is not
@@ -325,6 +394,10 @@ func markIdle(c net.Conn, state http.ConnState) {
 		c = nc.NetConn()
 	}
 	if lc, ok := c.(*limitedConn); ok {
-		lc.state.CompareAndSwap(connBusy, connIdle)
+		// connBody too: a handler that answered without reading its
+		// body, which net/http then read to the end.
+		if !lc.state.CompareAndSwap(connBusy, connIdle) {
+			lc.state.CompareAndSwap(connBody, connIdle)
+		}
 	}
 }

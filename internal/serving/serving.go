@@ -93,9 +93,10 @@ var DefaultConnLimits = ConnLimits{Total: 64, PerSource: 16}
 type Option func(*settings)
 
 type settings struct {
-	srv    *http.Server
-	conns  ConnLimits
-	bodies bool
+	srv       *http.Server
+	conns     ConnLimits
+	bodies    bool
+	bodyGrace time.Duration
 }
 
 // WithBodies lets requests carry a body. Without it a request that
@@ -153,14 +154,14 @@ func Listen(ctx context.Context, name, addr string, h http.Handler, tlsConfig *t
 		// give way to a new one.
 		ConnState: markIdle,
 		ErrorLog:  log.New(serverErrors{logger.WithValues("endpoint", name)}, "", 0)}
-	set := settings{srv: srv, conns: DefaultConnLimits}
+	set := settings{srv: srv, conns: DefaultConnLimits, bodyGrace: BodyGrace}
 	for _, o := range opts {
 		o(&set)
 	}
 	if !set.bodies {
 		h = refuseBodies(h)
 	}
-	srv.Handler = bodyDeadline(name, srv.ReadTimeout, h)
+	srv.Handler = bodyDeadline(name, srv.ReadTimeout, set.bodyGrace, h)
 	raw, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s endpoint: %w", name, err)

@@ -45,6 +45,14 @@ type headerFlood struct {
 	// bodyBytes is the Content-Length every request declares, after its
 	// headers; none of it is ever sent.
 	bodyBytes int
+	// slots is how many connections the flood holds at once.
+	slots int
+	// prompt floods as round-2 review's M1 did: every connection sends a
+	// small header, so that its request reaches the handler at once and
+	// waits there for its body, and its slot dials again promptRedial after
+	// its connection ends, up to promptDialsPerSlot times: a slot refused
+	// at once tries again at once, where the others pause for a second.
+	prompt bool
 
 	dials, refused, headersSent, answered atomic.Int64
 	mu                                    sync.Mutex
@@ -66,29 +74,38 @@ const (
 	// redialPause is how long a slot waits after its connection ended
 	// before it dials again.
 	redialPause = time.Second
+	// promptRedial and promptDialsPerSlot are the same for a prompt
+	// flood: enough dials for a slot refused every time to keep trying
+	// for the whole window (10 s), and no more.
+	promptRedial       = 50 * time.Millisecond
+	promptDialsPerSlot = 200
 )
 
-// run starts slots slots and returns when every one has ended: at the end
-// of window at the latest (each closes its connection then).
-func (f *headerFlood) run(ctx context.Context, slots int, window time.Duration) {
+// run starts the flood's slots and returns when every one has ended: at
+// the end of window at the latest (each closes its connection then).
+func (f *headerFlood) run(ctx context.Context, window time.Duration) {
 	ctx, cancel := context.WithTimeout(ctx, window)
 	defer cancel()
 	f.codes = map[string]int{}
+	dials, pause := maxDialsPerSlot, redialPause
+	if f.prompt {
+		dials, pause = promptDialsPerSlot, promptRedial
+	}
 	var wg sync.WaitGroup
-	for i := range slots {
+	for i := range f.slots {
 		src := f.sources[i%len(f.sources)]
 		wg.Go(func() {
-			for dial := range maxDialsPerSlot {
+			for dial := range dials {
 				// Every slot starts with a big header, all at once; then
 				// every other connection sends a small one, so that its
 				// stalled body reaches the handler, where a server whose
 				// limits are only on headers holds it by its declared
-				// length.
-				f.once(ctx, src, dial%2 == 0)
+				// length. A prompt flood sends only small ones.
+				f.once(ctx, src, !f.prompt && dial%2 == 0)
 				select {
 				case <-ctx.Done():
 					return
-				case <-time.After(redialPause):
+				case <-time.After(pause):
 				}
 			}
 		})
