@@ -17,14 +17,18 @@ limitations under the License.
 package conversion
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // The budget on a real server: a request over the size limit is refused
@@ -153,5 +157,45 @@ func TestClaimGrowsWithTheBody(t *testing.T) {
 	}
 	if b.reserved != 0 || len(b.byAddress) != 0 {
 		t.Errorf("budget after every request ended: %d bytes, %v", b.reserved, b.byAddress)
+	}
+}
+
+// A refused request's connection ends with the answer, without waiting
+// for the body the webhook leaves unread: net/http would otherwise read on
+// for up to 256 KiB of it, here on a server with no read deadline for as
+// long as the caller likes, holding a place of the listener.
+func TestRefusalsEndTheBodyWait(t *testing.T) {
+	srv := httptest.NewServer(limited(newBudget(budgetBytes, addressShare, nil), http.NotFoundHandler()))
+	defer srv.Close()
+	for _, req := range []string{
+		"GET " + Path + " HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n",              // 405
+		"POST " + Path + " HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n1\r\n{", // 411
+	} {
+		conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		if _, err := io.WriteString(conn, req); err != nil {
+			t.Fatal(err)
+		}
+		// The connection ends within half a second of the answer
+		// (net/http's wait before it closes a connection with unread
+		// bytes); 30 s is far past that, and short of the minutes the
+		// test would otherwise wait.
+		_ = conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatalf("%q: %v", req, err)
+		}
+		// The answer's body, then the connection's end (EOF or a reset),
+		// not the test's hang bound.
+		_, err = io.Copy(io.Discard, resp.Body)
+		if err == nil {
+			_, err = conn.Read(make([]byte, 1))
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Errorf("%q: answered %d, and the connection stayed open for the body's rest", req, resp.StatusCode)
+		}
 	}
 }
