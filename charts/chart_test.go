@@ -104,7 +104,8 @@ func objects(t *testing.T, data []byte) map[string]map[string]any {
 // artifacts/ with kubectl kustomize, and requires the same objects, field
 // for field, but for what Helm must do differently: the Namespace is
 // Helm's (--create-namespace), and the CRD carries helm.sh/resource-policy
-// so that an uninstall keeps the Bars. The same for namespaceScoped and
+// so that an uninstall keeps the Bars, its admission policies too so that
+// an upgrade that stops rendering the CRD (crds.install=false) keeps them. The same for namespaceScoped and
 // artifacts/namespaced, in another namespace.
 func TestChartMatchesKustomize(t *testing.T) {
 	helm, kubectl := tools(t)
@@ -132,12 +133,23 @@ func TestChartMatchesKustomize(t *testing.T) {
 			}
 			want := objects(t, kustomized)
 			delete(want, "Namespace/<nil>/bar-controller")
-			if crd, ok := got["CustomResourceDefinition/<nil>/bars.barcontroller.dev"]; ok {
-				annotations := crd["metadata"].(map[string]any)["annotations"].(map[string]any)
+			// The CRD and the policies that guard it and its Bars.
+			for _, key := range []string{"CustomResourceDefinition/<nil>/bars.barcontroller.dev",
+				"ValidatingAdmissionPolicy/<nil>/bars.barcontroller.dev", "ValidatingAdmissionPolicyBinding/<nil>/bars.barcontroller.dev",
+				"ValidatingAdmissionPolicy/<nil>/crd-changes.barcontroller.dev", "ValidatingAdmissionPolicyBinding/<nil>/crd-changes.barcontroller.dev"} {
+				obj, ok := got[key]
+				if !ok {
+					continue
+				}
+				md := obj["metadata"].(map[string]any)
+				annotations, _ := md["annotations"].(map[string]any)
 				if annotations["helm.sh/resource-policy"] != "keep" {
-					t.Errorf("the CRD is not kept on uninstall: %v", annotations)
+					t.Errorf("%s is not kept on uninstall, or by an upgrade that stops rendering it: %v", key, annotations)
 				}
 				delete(annotations, "helm.sh/resource-policy")
+				if len(annotations) == 0 {
+					delete(md, "annotations")
+				}
 			}
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("helm template differs from kubectl kustomize %s (-kustomize +helm):\n%s", tc.kustomization, diff)

@@ -66,7 +66,7 @@ const (
 // keeps the certificate; every Bar reads the same in v1 and in v1alpha1.
 // Then helm uninstall must keep the CRD and every Bar and Deployment, a
 // new install adopts the kept CRD, and an upgrade that stops rendering
-// the CRD (crds.install=false) keeps it too.
+// the CRD (crds.install=false) keeps it too, and its admission policies.
 //
 // No Pod runs here (there is no node): the controller runs as a process,
 // as the chart's Deployment would run it, and the API server reaches its
@@ -188,12 +188,44 @@ func TestHelmUpgradeKeepsBarsAndDeployments(t *testing.T) {
 	// 5. Installed again under the same name, the chart adopts the kept
 	// CRD; an upgrade that no longer renders it leaves it in place.
 	helm.run(t, "install", releaseName, chart, "--namespace", releaseName)
+	policies := admissionPolicies(t, kube)
+	if len(policies) != 4 {
+		t.Fatalf("the chart installed the admission policies %v, want two policies and their bindings", policies)
+	}
 	helm.run(t, "upgrade", releaseName, chart, "--namespace", releaseName, "--set", "crds.install=false")
 	checkCRDKept(t, ext, crdBefore.UID, "the reinstall or crds.install=false")
+	// The policies that guard the CRD and its Bars stay with it: before,
+	// Helm deleted them as it stopped rendering them (issue 39, round-2
+	// review, M2), and a namespaced release needs crds.install=false.
+	if after := admissionPolicies(t, kube); !maps.Equal(after, policies) {
+		t.Errorf("the admission policies (name: UID) after an upgrade to crds.install=false: %v, want them kept: %v", after, policies)
+	}
 	if manifest := helm.output(t, "get", "manifest", releaseName, "--namespace", releaseName); strings.Contains(manifest, "kind: CustomResourceDefinition") {
 		t.Error("crds.install=false still renders the CRD")
 	}
 	if d := before.diff(takeSnapshot(t, kube, bars)); len(d) > 0 {
 		t.Errorf("the reinstall or crds.install=false changed Bars or Deployments:\n%s", strings.Join(d, "\n"))
 	}
+}
+
+// admissionPolicies are the chart's ValidatingAdmissionPolicies and their
+// bindings that exist, by kind and name, with their UIDs.
+func admissionPolicies(t *testing.T, kube kubernetes.Interface) map[string]types.UID {
+	t.Helper()
+	out := map[string]types.UID{}
+	for _, name := range []string{crdName, "crd-changes.barcontroller.dev"} {
+		p, err := kube.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(t.Context(), name, metav1.GetOptions{})
+		if err == nil {
+			out["ValidatingAdmissionPolicy/"+name] = p.UID
+		} else if !apierrors.IsNotFound(err) {
+			t.Fatal(err)
+		}
+		b, err := kube.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Get(t.Context(), name, metav1.GetOptions{})
+		if err == nil {
+			out["ValidatingAdmissionPolicyBinding/"+name] = b.UID
+		} else if !apierrors.IsNotFound(err) {
+			t.Fatal(err)
+		}
+	}
+	return out
 }
