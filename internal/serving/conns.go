@@ -17,9 +17,7 @@ limitations under the License.
 package serving
 
 import (
-	"context"
 	"net"
-	"net/http"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -330,74 +328,4 @@ func sourceOf(a net.Addr) (string, netip.Addr) {
 		return addr.String(), addr
 	}
 	return a.String(), netip.Addr{}
-}
-
-const (
-	connIdle int32 = iota
-	connBusy
-	connBody
-	connEvicted
-)
-
-type connKey struct{}
-
-// connContext remembers a request's connection in its context
-// (http.Server.ConnContext), so that the handler can mark it served.
-func connContext(ctx context.Context, c net.Conn) context.Context {
-	if nc, ok := c.(interface{ NetConn() net.Conn }); ok { // *tls.Conn
-		c = nc.NetConn()
-	}
-	if lc, ok := c.(*limitedConn); ok {
-		return context.WithValue(ctx, connKey{}, lc)
-	}
-	return ctx
-}
-
-// markServed records that a request on the connection reached a handler:
-// the connection is busy until its answer is finished (markIdle).
-func markServed(ctx context.Context) {
-	if lc, ok := ctx.Value(connKey{}).(*limitedConn); ok {
-		lc.served.Store(true)
-		lc.state.CompareAndSwap(connIdle, connBusy)
-	}
-}
-
-// awaitBody records that the request's handler is about to wait for a
-// body (bodyDeadline) and returns its connection, to tell when the body is
-// all in (bodyDone); nil if the connection is not a limited one.
-func awaitBody(ctx context.Context) *limitedConn {
-	lc, ok := ctx.Value(connKey{}).(*limitedConn)
-	if !ok {
-		return nil
-	}
-	lc.state.CompareAndSwap(connBusy, connBody)
-	return lc
-}
-
-// bodyDone records that the connection's request body is all in: from now
-// on its handler, not its caller, decides how long it stays busy.
-func (c *limitedConn) bodyDone() {
-	if c != nil {
-		c.state.CompareAndSwap(connBody, connBusy)
-	}
-}
-
-// markIdle records that the connection's last answer is finished and it
-// waits for another request (http.Server.ConnState's StateIdle, which
-// net/http reports once the answer is written, so a connection is not
-// closed for another while it still writes one).
-func markIdle(c net.Conn, state http.ConnState) {
-	if state != http.StateIdle {
-		return
-	}
-	if nc, ok := c.(interface{ NetConn() net.Conn }); ok { // *tls.Conn
-		c = nc.NetConn()
-	}
-	if lc, ok := c.(*limitedConn); ok {
-		// connBody too: a handler that answered without reading its
-		// body, which net/http then read to the end.
-		if !lc.state.CompareAndSwap(connBusy, connIdle) {
-			lc.state.CompareAndSwap(connBody, connIdle)
-		}
-	}
 }
