@@ -30,12 +30,12 @@ const (
 	// connections open; the new one is closed at once.
 	ListenerRefusedSource = "per_source"
 	// ListenerRefusedTotal: the listener has its maximum of connections
-	// open, each with a request in a handler; the new one is closed at
-	// once.
+	// open, and none may give way to the new one (internal/serving's
+	// limitListener says which may); the new one is closed at once.
 	ListenerRefusedTotal = "total"
-	// ListenerEvicted: the listener had its maximum open, and an idle one
-	// (the oldest idle one of the source holding the most) was closed to
-	// admit a new one.
+	// ListenerEvicted: the listener had its maximum open, and one that
+	// waited on its caller (idle, or waiting for its body) was closed to
+	// admit a new one from an address holding fewer.
 	ListenerEvicted = "evicted"
 )
 
@@ -46,7 +46,7 @@ var (
 	}, []string{"endpoint"})
 	listenerRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "bar_controller_listener_connections_refused_total",
-		Help: "Connections a listener closed because of its connection limits, by endpoint and reason (per_source, total: refused at accept; evicted: an idle one closed to admit a new one).",
+		Help: "Connections a listener closed because of its connection limits, by endpoint and reason (per_source, total: refused at accept; evicted: one waiting on its caller closed to admit a new one).",
 	}, []string{"endpoint", "reason"})
 	listenerUnserved = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "bar_controller_listener_connections_unserved_total",
