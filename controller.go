@@ -171,13 +171,7 @@ func NewController(
 		now:         metav1.Now,
 	}
 	c.recorder = c.newRecorder()
-	// A write to a Deployment must reach the full cache before the Bar
-	// syncs again. Every write carries the managed-by label, so the
-	// metadata cache, which selects the others, never sees it.
-	c.writes = newWriteTracker(map[string][]rvStore{
-		"deployments": {deploymentInformer.Informer().GetIndexer()},
-		"bars":        {c.barsIndexer},
-	})
+	c.writes = newWriteTracker(trackedStores(deploymentInformer.Informer().GetIndexer(), c.barsIndexer))
 
 	if err := barInformer.Informer().AddIndexers(cache.Indexers{barsByDeploymentName: indexBarByDeploymentName}); err != nil {
 		return nil, fmt.Errorf("adding Bar index: %w", err)

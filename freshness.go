@@ -58,6 +58,17 @@ type barWrites struct {
 	rvs map[string]string // resource name -> newest written resourceVersion
 }
 
+// trackedStores is what NewController's tracker waits on: the whole
+// Deployment cache and the Bar cache, the caches the controller's writes
+// land in. A write to a Deployment must reach the whole cache before the
+// Bar syncs again. Every Deployment write (a create, an apply) carries the
+// managed-by label, so the metadata cache, which selects the others, never
+// reads it: waiting for that store to pass the write's resourceVersion
+// would wait for an unrelated Deployment's event or the next bookmark.
+func trackedStores(deployments, bars rvStore) map[string][]rvStore {
+	return map[string][]rvStore{"deployments": {deployments}, "bars": {bars}}
+}
+
 func newWriteTracker(stores map[string][]rvStore) *writeTracker {
 	return &writeTracker{stores: stores, writes: map[cache.ObjectName]*barWrites{}}
 }

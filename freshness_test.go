@@ -17,6 +17,7 @@ limitations under the License.
 package main
 
 import (
+	"context"
 	"errors"
 	"testing"
 
@@ -30,10 +31,30 @@ type fakeRVStore struct{ rv string }
 
 func (s *fakeRVStore) LastStoreSyncResourceVersion() string { return s.rv }
 
+// TestWriteTracker: the tracker NewController builds waits on exactly
+// the whole Deployment cache and the Bar cache (trackedStores), never on
+// the metadata-only cache, which the controller's writes never reach; a
+// sync waits until each of them has read every write the Bar made; an
+// older answer does not lower the mark; a recreated Bar starts afresh.
 func TestWriteTracker(t *testing.T) {
-	// Deployments are read from two caches (whole and metadata-only).
+	f := newFixture(t)
+	c := f.newController(context.Background())
+	whole := f.kubeInformers.Apps().V1().Deployments().Informer().GetIndexer()
+	meta := f.deploymentMeta.Informer().GetIndexer()
+	if got := c.writes.stores; len(got) != 2 || len(got["deployments"]) != 1 || len(got["bars"]) != 1 ||
+		got["deployments"][0] != rvStore(whole) || got["bars"][0] != rvStore(c.barsIndexer) {
+		t.Fatalf("NewController's tracker waits on %v, want the whole Deployment cache and the Bar cache alone", got)
+	}
+	for _, s := range c.writes.stores["deployments"] {
+		if s == rvStore(meta) {
+			t.Fatal("NewController's tracker waits on the metadata-only cache, which never reads the controller's writes")
+		}
+	}
+
+	// The same registration, over stores whose versions the test sets; the
+	// metadata cache stays behind throughout and never holds a sync back.
 	deployments, deploymentMeta, bars := &fakeRVStore{rv: "100"}, &fakeRVStore{rv: "100"}, &fakeRVStore{rv: "100"}
-	tr := newWriteTracker(map[string][]rvStore{"deployments": {deployments, deploymentMeta}, "bars": {bars}})
+	tr := newWriteTracker(trackedStores(deployments, bars))
 	key := cache.ObjectName{Namespace: "default", Name: "test"}
 	var stale *staleCacheError
 
@@ -46,17 +67,14 @@ func TestWriteTracker(t *testing.T) {
 	if err := tr.caughtUp(key); !errors.As(err, &stale) {
 		t.Fatalf("caches at 100 after writes at 105/107: got %v, want a staleCacheError", err)
 	}
-	deployments.rv, deploymentMeta.rv = "105", "106"
-	if err := tr.caughtUp(key); !errors.As(err, &stale) || stale.resource != "bars" {
-		t.Fatalf("only the Deployment caches caught up: got %v, want bars to be stale", err)
+	deployments.rv = "104"
+	bars.rv = "1000" // longer numbers are larger, not lexically smaller
+	if err := tr.caughtUp(key); !errors.As(err, &stale) || stale.resource != "deployments" || stale.wrote != "105" {
+		t.Fatalf("the Deployment cache at 104, below the 105 written (103 came later): got %v, want deployments stale at 105", err)
 	}
-	bars.rv, deploymentMeta.rv = "1000", "100" // longer numbers are larger, not lexically smaller
-	if err := tr.caughtUp(key); !errors.As(err, &stale) || stale.resource != "deployments" {
-		t.Fatalf("one Deployment cache still behind: got %v, want deployments to be stale", err)
-	}
-	deploymentMeta.rv = "106"
+	deployments.rv = "105"
 	if err := tr.caughtUp(key); err != nil {
-		t.Fatalf("all caches caught up: %v", err)
+		t.Fatalf("the caches written to caught up, the metadata cache at %s: %v", deploymentMeta.rv, err)
 	}
 	if len(tr.writes) != 0 {
 		t.Errorf("caught-up Bars must be forgotten, still tracking %v", tr.writes)

@@ -17,6 +17,8 @@ limitations under the License.
 package guide
 
 import (
+	"slices"
+	"sort"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -101,6 +103,69 @@ func TestMutationCacheReturnsTheNewerOfWriteAndCache(t *testing.T) {
 	withAdds.Mutation(configMap("b", 4, "v0"))
 	if got := getRV(t, withAdds, "ns/b"); got != "b@4" {
 		t.Errorf("with includeAdds: GetByKey %s, want b@4", got)
+	}
+}
+
+// byValue indexes ConfigMaps by their value, as a controller indexes
+// its objects by owner.
+func byValue(obj any) ([]string, error) { return []string{obj.(*corev1.ConfigMap).Data["v"]}, nil }
+
+// namesAt lists what ByIndex returns for one value, as "name@rv:value".
+func namesAt(t *testing.T, mc cache.MutationCache, value string) []string {
+	t.Helper()
+	objs, err := mc.ByIndex("byValue", value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, o := range objs {
+		cm := o.(*corev1.ConfigMap)
+		out = append(out, cm.Name+"@"+cm.ResourceVersion+":"+cm.Data["v"])
+	}
+	sort.Strings(out)
+	return out
+}
+
+// TestMutationCacheByIndexReturnsWrites proves: `ByIndex` patches as
+// `GetByKey` does. For each key the backing index holds under the value,
+// it returns the newer of the write and the cached object, so a write
+// that moves an object to another value is still found under the old
+// one, now with the new value; without `includeAdds` a written object the
+// index does not hold under the value is missing; with it, a write whose
+// index function gives the value is added, created or moved there.
+func TestMutationCacheByIndexReturnsWrites(t *testing.T) {
+	t.Parallel()
+	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{"byValue": byValue})
+	for _, cm := range []*corev1.ConfigMap{configMap("a", 1, "x"), configMap("c", 1, "y")} {
+		if err := idx.Add(cm); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mc := cache.NewIntegerResourceVersionMutationCache(klog.Background(), idx, idx, time.Minute, false)
+	withAdds := cache.NewIntegerResourceVersionMutationCache(klog.Background(), idx, idx, time.Minute, true)
+
+	mc.Mutation(configMap("a", 2, "x"))
+	withAdds.Mutation(configMap("a", 2, "x"))
+	if got := namesAt(t, mc, "x"); !slices.Equal(got, []string{"a@2:x"}) {
+		t.Errorf("after a write: ByIndex(x) %v, want [a@2:x]", got)
+	}
+
+	// The write moves a from x to y; the backing index still has it at x.
+	for _, m := range []cache.MutationCache{mc, withAdds} {
+		m.Mutation(configMap("a", 3, "y"))
+		m.Mutation(configMap("b", 4, "x")) // created, not yet cached
+	}
+	if got := namesAt(t, mc, "x"); !slices.Equal(got, []string{"a@3:y"}) {
+		t.Errorf("without includeAdds: ByIndex(x) %v, want [a@3:y] (a under its cached value, b missing)", got)
+	}
+	if got := namesAt(t, mc, "y"); !slices.Equal(got, []string{"c@1:y"}) {
+		t.Errorf("without includeAdds: ByIndex(y) %v, want [c@1:y]", got)
+	}
+	if got := namesAt(t, withAdds, "x"); !slices.Equal(got, []string{"a@3:y", "b@4:x"}) {
+		t.Errorf("with includeAdds: ByIndex(x) %v, want [a@3:y b@4:x]", got)
+	}
+	if got := namesAt(t, withAdds, "y"); !slices.Equal(got, []string{"a@3:y", "c@1:y"}) {
+		t.Errorf("with includeAdds: ByIndex(y) %v, want [a@3:y c@1:y]", got)
 	}
 }
 
