@@ -7,13 +7,46 @@ move from one install to the other relabels nothing.
 app.kubernetes.io/name: bar-controller
 {{- end }}
 
-{{/* The image: by digest when one is given, else by tag. */}}
+{{/*
+The labels of every object's metadata: the chart's, then commonLabels
+(the schema refuses the chart's own keys there). Selectors use
+bar-controller.labels alone: they cannot change after install.
+*/}}
+{{- define "bar-controller.metaLabels" -}}
+{{ include "bar-controller.labels" . }}
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/*
+The image: by digest when one is given, else by tag. image.registry
+replaces the repository's registry, its first part when that names a host
+as Docker's reference grammar has it (a dot, a colon, or localhost), or
+goes in front of a repository without one.
+*/}}
 {{- define "bar-controller.image" -}}
-{{- if .Values.image.digest -}}
-{{ .Values.image.repository }}@{{ .Values.image.digest }}
-{{- else -}}
-{{ .Values.image.repository }}:{{ .Values.image.tag }}
+{{- $repo := .Values.image.repository -}}
+{{- with .Values.image.registry -}}
+{{- $parts := splitn "/" 2 $repo -}}
+{{- if and $parts._1 (or (contains "." $parts._0) (contains ":" $parts._0) (eq $parts._0 "localhost")) -}}
+{{- $repo = $parts._1 -}}
 {{- end -}}
+{{- $repo = printf "%s/%s" . $repo -}}
+{{- end -}}
+{{- if .Values.image.digest -}}
+{{ $repo }}@{{ .Values.image.digest }}
+{{- else -}}
+{{ $repo }}:{{ .Values.image.tag }}
+{{- end -}}
+{{- end }}
+
+{{/*
+The ServiceAccount the controller runs as. dig: a release upgraded with
+--reuse-values keeps the values of a chart that had no serviceAccount.
+*/}}
+{{- define "bar-controller.serviceAccountName" -}}
+{{- dig "name" "" (.Values.serviceAccount | default dict) | default "bar-controller" -}}
 {{- end }}
 
 {{/*
@@ -33,7 +66,7 @@ two namespaces do not overwrite each other's binding.
 {{- define "bar-controller.subject" -}}
 subjects:
 - kind: ServiceAccount
-  name: bar-controller
+  name: {{ include "bar-controller.serviceAccountName" . }}
   namespace: {{ .Release.Namespace }}
 {{- end }}
 
