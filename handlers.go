@@ -140,7 +140,9 @@ func (c *Controller) updateDeployment(oldObj, newObj interface{}) {
 		return
 	}
 	if oldD.GetResourceVersion() == newD.GetResourceVersion() {
-		// A periodic resync, not a change; the Bars get their own resync.
+		// Not a change: a periodic resync, or a relist handing back a
+		// Deployment it already held (Replace updates every object it
+		// keeps). The Bars get their own.
 		return
 	}
 	// If the controller changed, the Bar that lost it must hear about it too.

@@ -120,6 +120,56 @@ func TestRemovedHandlerGetsNothingMore(t *testing.T) {
 	}
 }
 
+// TestRemovedHandlerDropsWhatWasBuffered proves: notifications buffered
+// for a handler behind a call in progress when `RemoveEventHandler`
+// returns are dropped (the listener's pop sees its input closed while
+// the handler is busy, and ends), the call in progress finishes, and a
+// notification distributed after the removal never arrives; nothing
+// arrives after `ShutDownEventHandler` returns.
+func TestRemovedHandlerDropsWhatWasBuffered(t *testing.T) {
+	t.Parallel()
+	s := newFakeServer()
+	inf := cache.NewSharedIndexInformer(s.lw(), &corev1.ConfigMap{}, 0, cache.Indexers{})
+	kept, removed := &recorder{}, &recorder{}
+	_, err := inf.AddEventHandler(kept)
+	must(t, err)
+	held, release := make(chan struct{}), make(chan struct{})
+	reg, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: func(obj interface{}) {
+		if obj.(*corev1.ConfigMap).Name == "a" {
+			close(held)
+			<-release
+		}
+		removed.OnAdd(obj, false)
+	}})
+	must(t, err)
+	runInformer(t, inf)
+	for _, name := range []string{"a", "b", "c", "d"} {
+		s.set(name, "x", true)
+	}
+	<-held
+	// The kept handler has d: its distribution began, and
+	// RemoveEventHandler waits for it to end (blockDeltas), so b, c and d
+	// are buffered for the held handler when the removal returns.
+	waitFor(t, "d at the kept handler", func() bool { return kept.len() == 4 })
+	must(t, inf.RemoveEventHandler(reg))
+	s.set("e", "x", true) // distributed after the removal
+	waitFor(t, "e at the kept handler", func() bool { return kept.len() == 5 })
+	close(release)
+	must(t, cache.ShutDownEventHandler(inf, reg))
+	var names []string
+	for _, e := range removed.take() {
+		names = append(names, e.Name)
+	}
+	if !slices.Equal(names, []string{"a"}) {
+		t.Fatalf("removed handler got %v, want a alone: b, c and d dropped, e never sent", names)
+	}
+	s.set("f", "x", true)
+	waitFor(t, "f at the kept handler", func() bool { return kept.len() == 6 })
+	if n := removed.len(); n != 0 {
+		t.Fatalf("the handler got %d notifications after ShutDownEventHandler returned", n)
+	}
+}
+
 // TestStoppedInformerRefusesHandlers proves: an informer stops when the
 // context given to `RunWithContext` ends (`Run` returns, `IsStopped`
 // says so), its listeners stop with it, and it cannot be started again
