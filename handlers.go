@@ -140,9 +140,7 @@ func (c *Controller) updateDeployment(oldObj, newObj interface{}) {
 		return
 	}
 	if oldD.GetResourceVersion() == newD.GetResourceVersion() {
-		// Not a change: a periodic resync, or a relist handing back a
-		// Deployment it already held (Replace updates every object it
-		// keeps). The Bars get their own.
+		// No change: a periodic resync, or a relist handing back one held.
 		return
 	}
 	// If the controller changed, the Bar that lost it must hear about it too.

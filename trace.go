@@ -81,8 +81,7 @@ func (t *tracer) matches(key cache.ObjectName) bool {
 // (named by handler), which maps it to the Bar bar. via says how: "self"
 // for a Bar's own events, "controllerRef" or "nameIndex" for a Deployment's.
 // oldRV is the resourceVersion the cache held before an update ("" for adds
-// and deletes); equal to the new one, the update is no change: a periodic
-// resync, or a relist handing back an object the cache held.
+// and deletes); equal to the new one, no change: a resync or a relist.
 func (t *tracer) event(handler string, obj metav1.Object, oldRV string, initialList bool, bar cache.ObjectName, via string) {
 	if !t.matches(bar) {
 		return
