@@ -17,7 +17,13 @@ limitations under the License.
 package guide
 
 import (
+	"context"
+	"errors"
+	"os"
 	"reflect"
+	"slices"
+	"sort"
+	"syscall"
 	"testing"
 	"time"
 	"unsafe"
@@ -151,10 +157,86 @@ func TestGoneEndsTheRoundWithARelist(t *testing.T) {
 	waitFor(t, "a relist and a new watch", func() bool { l, w := s.counts(); return l == 2 && w == 2 })
 }
 
+// TestWhichWatchEndsRelist proves, on a reflector whose clock is fake
+// (it times each watch, and the backoff inside `(*Reflector).watch`):
+// a watch that closes without an event before its clock has moved a
+// second is a `VeryShortWatchError`, and the round ends: a relist from
+// the last resourceVersion; one that closes after a second without an
+// event is reopened from it with no relist; a watch refused with a
+// refused connection is asked again only once the backoff has passed on
+// that clock, with no relist; a watch refused otherwise (403) and one
+// ended by an internal error (shared informers leave
+// `MaxInternalErrorRetryDuration` at zero) end the round. The rounds'
+// own backoff is on the real clock (`(*Reflector).RunWithContext`), so
+// each relist comes about a second later.
+func TestWhichWatchEndsRelist(t *testing.T) {
+	t.Parallel()
+	s := newFakeServer("a")
+	clk := clocktesting.NewFakeClock(time.Now())
+	store := cache.NewStore(cache.MetaNamespaceKeyFunc)
+	r := cache.NewReflectorWithOptions(s.lw(), &corev1.ConfigMap{}, store, cache.ReflectorOptions{Clock: clk})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); r.RunWithContext(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	at := func(lists, watches int) func() bool {
+		return func() bool { l, w := s.counts(); return l == lists && w == watches }
+	}
+	waitFor(t, "the first list and watch", at(1, 1))
+	s.set("b", "x", true) // rv 2, an event on the first watch
+	waitFor(t, "the reflector at 2", func() bool { return r.LastSyncResourceVersion() == "2" })
+	s.closeWatches() // not very short: it had an event
+	waitFor(t, "a second watch", at(1, 2))
+
+	s.closeWatches() // no event, the clock still: very short
+	waitFor(t, "a relist after a very short watch", at(2, 3))
+
+	clk.Step(time.Second)
+	s.closeWatches() // no event, a second on the clock: a normal end
+	waitFor(t, "a watch reopened", at(2, 4))
+
+	s.mu.Lock()
+	s.watchErr = &os.SyscallError{Syscall: "connect", Err: syscall.ECONNREFUSED}
+	s.mu.Unlock()
+	clk.Step(time.Second)
+	s.closeWatches()
+	waitFor(t, "the refused watch and the backoff's wait", func() bool { return at(2, 5)() && clk.HasWaiters() })
+	if l, w := s.counts(); l != 2 || w != 5 {
+		t.Fatalf("before the backoff passed: %d lists, %d watches; want 2 and 5", l, w)
+	}
+	clk.Step(2 * time.Minute) // past any backoff (at most 60 s)
+	waitFor(t, "a watch after the backoff", at(2, 6))
+
+	s.mu.Lock()
+	s.watchErr = apierrors.NewForbidden(corev1.Resource("configmaps"), "", errors.New("no"))
+	s.mu.Unlock()
+	clk.Step(time.Second)
+	s.closeWatches()
+	waitFor(t, "a relist after a 403", at(3, 8))
+
+	clk.Step(time.Second)
+	s.sendEvent(watch.Event{Type: watch.Error, Object: &apierrors.NewInternalError(errors.New("etcd")).ErrStatus})
+	waitFor(t, "a relist after an internal error", at(4, 9))
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, want := range []string{"0", "2", "2", "2"} {
+		if got := s.lists[i].ResourceVersion; got != want {
+			t.Errorf("list %d from %q, want %s", i+1, got, want)
+		}
+	}
+	for i, want := range []string{"1", "2", "2", "2", "2", "2", "2", "2", "2"} {
+		if got := s.watches[i].ResourceVersion; got != want {
+			t.Errorf("watch %d from %q, want %s", i+1, got, want)
+		}
+	}
+}
+
 // TestGVKIsCheckedOnlyForUnstructured proves: `handleAnyWatch` "checks
 // the object's type (and, only for an `Unstructured` informer, its GVK)":
-// a typed reflector stores an object whatever kind its TypeMeta claims;
-// an Unstructured one drops an object of another kind.
+// a typed reflector drops an object of another Go type and stores one of
+// its own whatever kind its TypeMeta claims; an Unstructured one drops an
+// object of another kind.
 func TestGVKIsCheckedOnlyForUnstructured(t *testing.T) {
 	t.Parallel()
 	run := func(expected runtime.Object, list runtime.Object, events ...runtime.Object) []string {
@@ -180,10 +262,12 @@ func TestGVKIsCheckedOnlyForUnstructured(t *testing.T) {
 
 	secretKind := configMap("claims-secret", 2, "x")
 	secretKind.TypeMeta = metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"}
+	otherType := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a-secret", ResourceVersion: "3"}}
 	keys := run(&corev1.ConfigMap{}, &corev1.ConfigMapList{ListMeta: metav1.ListMeta{ResourceVersion: "1"}},
-		secretKind, configMap("last", 3, "x"))
-	if len(keys) != 2 {
-		t.Errorf("typed reflector stored %v, want both objects", keys)
+		secretKind, otherType, configMap("last", 4, "x"))
+	sort.Strings(keys)
+	if !slices.Equal(keys, []string{"ns/claims-secret", "ns/last"}) {
+		t.Errorf("typed reflector stored %v, want the two ConfigMaps and not the *corev1.Secret", keys)
 	}
 
 	u := func(kind, name, rv string) *unstructured.Unstructured {
