@@ -50,15 +50,34 @@ The ServiceAccount the controller runs as. dig: a release upgraded with
 {{- end }}
 
 {{/*
-The name of a cluster-scoped binding: namespace-scoped installs suffix it
-with their namespace, as artifacts/namespaced does, so that installs in
-two namespaces do not overwrite each other's binding.
+The release's name with the chart's in it: bar-controller for a release
+named so (as the README installs it, and as artifacts/ names everything),
+<release>-bar-controller otherwise.
+*/}}
+{{- define "bar-controller.fullname" -}}
+{{- if contains "bar-controller" .Release.Name -}}
+{{ .Release.Name }}
+{{- else -}}
+{{ .Release.Name }}-bar-controller
+{{- end -}}
+{{- end }}
+
+{{/*
+The name of a cluster-scoped object, the fullname and then .name (none
+for the fullname alone): every ClusterRole and ClusterRoleBinding the
+release owns is its own, so that two releases never share one, and
+uninstalling one never deletes the other's (issue 42). Namespace-scoped
+installs, which may share a release name across namespaces, suffix it with
+their namespace, as artifacts/namespaced does. The release named
+bar-controller keeps artifacts/install's names.
 */}}
 {{- define "bar-controller.clusterName" -}}
+{{- $name := include "bar-controller.fullname" .root -}}
+{{- with .name }}{{ $name = printf "%s-%s" $name . }}{{ end -}}
 {{- if .root.Values.namespaceScoped -}}
-{{ .name }}.{{ .root.Release.Namespace }}
+{{ $name }}.{{ .root.Release.Namespace }}
 {{- else -}}
-{{ .name }}
+{{ $name }}
 {{- end -}}
 {{- end }}
 
