@@ -136,3 +136,59 @@ func TestMonitoringValuesSchema(t *testing.T) {
 		}
 	}
 }
+
+// serviceMonitorEndpoint renders the chart with the ServiceMonitor on and
+// set, and returns its endpoint and the metrics Service's port name.
+func serviceMonitorEndpoint(t *testing.T, helm string, set ...string) (endpoint map[string]any, servicePort string) {
+	t.Helper()
+	rendered, err := template(t, helm, append([]string{"monitoring.serviceMonitor.enabled=true"}, set...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := objects(t, rendered)
+	sm, ok := objs["ServiceMonitor/bar-controller/bar-controller"]
+	if !ok {
+		t.Fatal("no ServiceMonitor rendered")
+	}
+	svc, ok := objs["Service/bar-controller/bar-controller-metrics"]
+	if !ok {
+		t.Fatal("no metrics Service rendered")
+	}
+	port := svc["spec"].(map[string]any)["ports"].([]any)[0].(map[string]any)
+	return sm["spec"].(map[string]any)["endpoints"].([]any)[0].(map[string]any), port["name"].(string)
+}
+
+// TestServiceMonitorInterval: the interval is a Prometheus duration, as
+// the ServiceMonitor CRD takes it: 1m30s too, which the schema refused
+// before (one number and one unit only); nothing else.
+func TestServiceMonitorInterval(t *testing.T) {
+	helm, _ := tools(t)
+	for _, interval := range []string{"1m30s", "15s", "1h", "500ms", "2m"} {
+		if endpoint, _ := serviceMonitorEndpoint(t, helm, "monitoring.serviceMonitor.interval="+interval); endpoint["interval"] != interval {
+			t.Errorf("interval %s rendered as %v", interval, endpoint["interval"])
+		}
+	}
+	for _, interval := range []string{"often", "1.5m", "30s1m", "30", "-1m"} {
+		_, err := template(t, helm, "monitoring.serviceMonitor.enabled=true", "monitoring.serviceMonitor.interval="+interval)
+		switch {
+		case err == nil:
+			t.Errorf("interval %s rendered, want the schema to refuse it", interval)
+		case !strings.Contains(err.Error(), "/monitoring/serviceMonitor/interval"):
+			t.Errorf("interval %s: %v, want an error naming it", interval, err)
+		}
+	}
+}
+
+// TestMetricsPortName: the metrics Service's port is named for its
+// scheme, https-metrics or, with metrics.secure=false, http-metrics
+// (before, https-metrics over plain HTTP), and the ServiceMonitor scrapes
+// that port.
+func TestMetricsPortName(t *testing.T) {
+	helm, _ := tools(t)
+	for secure, want := range map[string]string{"true": "https-metrics", "false": "http-metrics"} {
+		endpoint, port := serviceMonitorEndpoint(t, helm, "metrics.secure="+secure)
+		if port != want || endpoint["port"] != port {
+			t.Errorf("metrics.secure=%s: the Service's port %s, the ServiceMonitor's %v, want both %s", secure, port, endpoint["port"], want)
+		}
+	}
+}

@@ -81,6 +81,14 @@ bar-controller keeps artifacts/install's names.
 {{- end -}}
 {{- end }}
 
+{{/*
+The metrics Service's port name, which the ServiceMonitor scrapes by: it
+says the scheme, as Prometheus's and Istio's conventions read it.
+*/}}
+{{- define "bar-controller.metricsPortName" -}}
+{{ if .Values.metrics.secure }}https-metrics{{ else }}http-metrics{{ end }}
+{{- end }}
+
 {{/* The controller's ServiceAccount as a binding's subject. */}}
 {{- define "bar-controller.subject" -}}
 subjects:
