@@ -18,6 +18,7 @@ package guide
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -79,7 +80,8 @@ func init() {
 		// A ListerWatcher that streams one object, and lists two: what
 		// a server whose watch cache is wrong would do.
 		lw := &cache.ListWatch{
-			ListFunc: func(metav1.ListOptions) (runtime.Object, error) {
+			ListFunc: func(o metav1.ListOptions) (runtime.Object, error) {
+				fmt.Printf("LIST resourceVersion=%s resourceVersionMatch=%s\n", o.ResourceVersion, o.ResourceVersionMatch)
 				return &corev1.ConfigMapList{ListMeta: metav1.ListMeta{ResourceVersion: "2"},
 					Items: []corev1.ConfigMap{*configMap("a", 1, "x"), *configMap("b", 2, "x")}}, nil
 			},
@@ -132,16 +134,24 @@ func TestMutationDetectorPanicsOnAWrittenCacheObject(t *testing.T) {
 
 // TestWatchListInconsistencyDetectorPanics proves: with
 // `KUBE_WATCHLIST_INCONSISTENCY_DETECTOR=true`, after a WatchList the
-// reflector LISTs the same resourceVersion again and panics if the
-// streamed objects differ from the listed ones.
+// reflector LISTs the same resourceVersion again (exactly it:
+// resourceVersionMatch=Exact) and panics if the streamed objects differ
+// from the listed ones, logging the difference, which names the object
+// the stream lacked; without the variable it lists nothing.
 func TestWatchListInconsistencyDetectorPanics(t *testing.T) {
 	t.Parallel()
 	out, code := runAsChild(t, "watchlist-inconsistent", "KUBE_WATCHLIST_INCONSISTENCY_DETECTOR=true", dying)
 	if code != 2 || !strings.Contains(out, "data inconsistency detected") || strings.Contains(out, "still alive") {
 		t.Errorf("exit code %d, want 2 (a panic) naming the inconsistency; output:\n%s", code, out)
 	}
+	if strings.Count(out, "LIST ") != 1 || !strings.Contains(out, "LIST resourceVersion=2 resourceVersionMatch=Exact\n") {
+		t.Errorf("want one LIST, at the stream's resourceVersion 2 exactly; output:\n%s", out)
+	}
+	if !strings.Contains(out, "Previously received data is different") || !strings.Contains(out, `"name": "b"`) {
+		t.Errorf("want the difference logged, naming b; output:\n%s", out)
+	}
 	out, code = runAsChild(t, "watchlist-inconsistent")
-	if code != 0 || !strings.Contains(out, "still alive") {
-		t.Errorf("without the detector: exit code %d, want 0; output:\n%s", code, out)
+	if code != 0 || !strings.Contains(out, "still alive") || strings.Contains(out, "LIST ") {
+		t.Errorf("without the detector: exit code %d, want 0 and no LIST; output:\n%s", code, out)
 	}
 }

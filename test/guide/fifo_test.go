@@ -17,6 +17,7 @@ limitations under the License.
 package guide
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -157,6 +158,34 @@ func TestPopBatchStopsAtARepeatedKeyAndAtAtomicDeltas(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("PopBatch gave %v, want %v", got, want)
 	}
+
+	// A relist and a resync go alone between batchable deltas.
+	got = nil
+	must(t, f.Add(configMap("d", 6, "x")))
+	must(t, f.Replace([]interface{}{configMap("d", 6, "x")}, "6"))
+	must(t, f.Add(configMap("e", 7, "x")))
+	must(t, f.Resync())
+	must(t, f.Add(configMap("g", 8, "x")))
+	for range 5 {
+		must(t, f.PopBatch(batch, single))
+	}
+	want = []string{"single[Added d@6]", "single[ReplacedAll(1)]", "single[Added e@7]", "single[SyncAll]", "single[Added g@8]"}
+	if !slices.Equal(got, want) {
+		t.Errorf("PopBatch gave %v, want %v", got, want)
+	}
+
+	// 1,001 distinct keys: a batch of 1,000, then the last alone.
+	var sizes []int
+	for i := range 1001 {
+		must(t, f.Add(configMap(fmt.Sprintf("n%04d", i), 10+i, "x")))
+	}
+	for range 2 {
+		must(t, f.PopBatch(func(ds []cache.Delta, _ bool) error { sizes = append(sizes, len(ds)); return nil },
+			func(interface{}, bool) error { sizes = append(sizes, 1); return nil }))
+	}
+	if !slices.Equal(sizes, []int{1000, 1}) {
+		t.Errorf("1,001 adds popped in batches of %v, want [1000 1]", sizes)
+	}
 }
 
 // TestTransformRunsAsTheObjectIsQueued proves: "`addToItems_locked` and
@@ -202,5 +231,44 @@ func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// lookupFails is a store whose keys cannot be read back: one lookup
+// errs, the other finds nothing.
+type lookupFails struct{}
+
+func (lookupFails) ListKeys() []string { return []string{"ns/errs", "ns/vanished"} }
+func (lookupFails) GetByKey(key string) (interface{}, bool, error) {
+	if key == "ns/errs" {
+		return nil, false, errors.New("lookup failed")
+	}
+	return nil, false, nil
+}
+
+// TestMissedDeleteTombstoneWithoutObject proves the other branch of
+// `reconcileReplacement`: a key the known objects list and the relist
+// lacks becomes a `DeletedFinalStateUnknown` whose `Obj` is nil when
+// looking the key up fails or finds nothing. A handler that unwraps a
+// tombstone must allow for the nil.
+func TestMissedDeleteTombstoneWithoutObject(t *testing.T) {
+	f := cache.NewRealFIFOWithOptions(cache.RealFIFOOptions{KnownObjects: lookupFails{}})
+	must(t, f.Replace([]interface{}{configMap("a", 5, "x")}, "5"))
+	var got []string
+	for range 3 {
+		_, err := f.Pop(func(obj interface{}, _ bool) error {
+			d := obj.(cache.Deltas)[0]
+			if tomb, ok := d.Object.(cache.DeletedFinalStateUnknown); ok {
+				got = append(got, fmt.Sprintf("%s %s obj=%v", d.Type, tomb.Key, tomb.Obj))
+				return nil
+			}
+			got = append(got, deltaString(d))
+			return nil
+		})
+		must(t, err)
+	}
+	want := []string{"Deleted ns/errs obj=<nil>", "Deleted ns/vanished obj=<nil>", "Replaced a@5"}
+	if !slices.Equal(got, want) {
+		t.Errorf("popped %v, want %v", got, want)
 	}
 }

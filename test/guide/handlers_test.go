@@ -173,7 +173,8 @@ func TestRemovedHandlerDropsWhatWasBuffered(t *testing.T) {
 // TestStoppedInformerRefusesHandlers proves: an informer stops when the
 // context given to `RunWithContext` ends (`Run` returns, `IsStopped`
 // says so), its listeners stop with it, and it cannot be started again
-// or given a handler.
+// (a second RunWithContext returns at once, with no request) or given a
+// handler.
 func TestStoppedInformerRefusesHandlers(t *testing.T) {
 	t.Parallel()
 	s := newFakeServer("a")
@@ -196,5 +197,11 @@ func TestStoppedInformerRefusesHandlers(t *testing.T) {
 	}
 	if _, err := inf.AddEventHandler(&recorder{}); err == nil {
 		t.Error("a stopped informer accepted a handler")
+	}
+	// A second start returns at once, and asks the server nothing.
+	lists, watches := s.counts()
+	inf.RunWithContext(context.Background())
+	if l, w := s.counts(); l != lists || w != watches || !inf.IsStopped() {
+		t.Errorf("a second start: %d lists and %d watches, were %d and %d; stopped %v", l, w, lists, watches, inf.IsStopped())
 	}
 }

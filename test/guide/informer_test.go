@@ -87,13 +87,20 @@ func TestHandlerSeesWhatTheCacheHolds(t *testing.T) {
 
 // TestListerReturnsTheCachedPointer proves: "A lister ... returns the
 // pointer the map holds. Every handler, every worker and every other
-// controller sharing the informer gets the same object."
+// controller sharing the informer gets the same object", and writing to
+// it "changes the cache without an event": the handlers' next
+// notification is the next change on the server.
 func TestListerReturnsTheCachedPointer(t *testing.T) {
 	t.Parallel()
 	s := newFakeServer()
 	got := make(chan *corev1.ConfigMap, 1)
-	inf := startInformer(t, s, 0, cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj interface{}) { got <- obj.(*corev1.ConfigMap) },
+	rec := &recorder{}
+	inf := startInformer(t, s, 0, rec, cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj interface{}) {
+			if cm := obj.(*corev1.ConfigMap); cm.Name == "a" {
+				got <- cm
+			}
+		},
 	})
 	s.set("a", "x", true)
 	handed := <-got
@@ -107,6 +114,12 @@ func TestListerReturnsTheCachedPointer(t *testing.T) {
 	handed.Data["v"] = "mutated" // what the docs forbid: the cache changes, without an event
 	if cached, _, _ := inf.GetStore().GetByKey("ns/a"); cached.(*corev1.ConfigMap).Data["v"] != "mutated" {
 		t.Error("writing to the handler's object did not change the cache")
+	}
+	s.set("b", "x", true)
+	waitFor(t, "b's add", func() bool { return rec.len() >= 2 })
+	want := []event{{Kind: "add", Name: "a", RV: "1"}, {Kind: "add", Name: "b", RV: "2"}}
+	if es := rec.take(); !slices.Equal(es, want) {
+		t.Errorf("the handlers got %v, want %v: no event for the write to a", es, want)
 	}
 }
 

@@ -18,6 +18,8 @@ package guide
 
 import (
 	"slices"
+	"sort"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -39,18 +41,38 @@ func updatesOf(es []event, name string) []event {
 
 // TestResyncReplaysTheCache proves: "A resync replays the informer's own
 // cache: every cached object comes back as `OnUpdate(obj, obj)`."
-// Both arguments are the one pointer the cache holds.
+// Both arguments are the one pointer the cache holds, and one resync
+// delivers each cached object once.
 func TestResyncReplaysTheCache(t *testing.T) {
 	t.Parallel()
-	s := newFakeServer("a", "b")
-	rec := &recorder{}
-	startInformer(t, s, time.Second, rec)
-	waitFor(t, "a resync of both objects", func() bool { return rec.len() >= 4 })
-	es := rec.take()
-	for _, e := range es[2:] {
-		if e.Kind != "update" || !e.Same || e.OldRV != e.RV {
-			t.Errorf("after the initial adds, want only updates of the cached object with itself, got %v", e)
+	s := newFakeServer("a", "b", "c")
+	var mu sync.Mutex
+	var updates []*corev1.ConfigMap
+	var adds int
+	inf := startInformer(t, s, time.Second, cache.ResourceEventHandlerFuncs{
+		AddFunc: func(interface{}) { mu.Lock(); adds++; mu.Unlock() },
+		UpdateFunc: func(oldObj, newObj interface{}) {
+			mu.Lock()
+			defer mu.Unlock()
+			if oldObj != newObj {
+				t.Errorf("a resync's update with two objects: %v, %v", oldObj, newObj)
+			}
+			updates = append(updates, newObj.(*corev1.ConfigMap))
+		},
+	})
+	waitFor(t, "a resync of every object", func() bool { mu.Lock(); defer mu.Unlock(); return len(updates) >= 3 })
+	mu.Lock()
+	defer mu.Unlock()
+	var names []string
+	for _, cm := range updates[:3] {
+		names = append(names, cm.Name)
+		if cached, _, _ := inf.GetStore().GetByKey("ns/" + cm.Name); cached != any(cm) {
+			t.Errorf("the resync's %s is not the object the cache holds", cm.Name)
 		}
+	}
+	sort.Strings(names)
+	if adds != 3 || !slices.Equal(names, []string{"a", "b", "c"}) {
+		t.Errorf("%d adds, then the first resync delivered %v; want 3 adds and a, b, c once each", adds, names)
 	}
 }
 
@@ -193,6 +215,38 @@ func TestRelistUnchangedObjectsReachOnlyResyncingListeners(t *testing.T) {
 	waitFor(t, "the barrier at the quiet listener", func() bool { return quiet.len() > 0 })
 	if es := quiet.take(); len(es) != 1 || es[0].Kind != "add" || es[0].Name != "z" {
 		t.Errorf("the listener without resync got %v around the second relist, want only the add of z", es)
+	}
+}
+
+// TestRelistOnAnInformerWithoutResyncReachesEveryListener proves the
+// first case of writing-handlers.md: on an informer without resync (the
+// metadata-only Deployment informer's configuration), whose resync timer
+// never fires, every listener stays flagged and gets every relist's
+// unchanged objects as updates, one that asked for no resync too.
+func TestRelistOnAnInformerWithoutResyncReachesEveryListener(t *testing.T) {
+	t.Parallel()
+	s := newFakeServer("a")
+	plain, quiet := &recorder{}, &recorder{}
+	inf := cache.NewSharedIndexInformer(s.lw(), &corev1.ConfigMap{}, 0, cache.Indexers{})
+	if _, err := inf.AddEventHandler(plain); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := inf.AddEventHandlerWithResyncPeriod(quiet, 0); err != nil {
+		t.Fatal(err)
+	}
+	runInformer(t, inf)
+	for round := 1; round <= 2; round++ {
+		plain.take()
+		quiet.take()
+		s.expire()
+		waitFor(t, "the relist at both listeners", func() bool { return plain.len() > 0 && quiet.len() > 0 })
+		for _, r := range []*recorder{plain, quiet} {
+			want := []event{{Kind: "update", Name: "a", OldRV: "1", RV: "1"}}
+			if es := r.take(); !slices.Equal(es, want) {
+				t.Errorf("relist %d delivered %v, want %v", round, es, want)
+			}
+		}
+		waitFor(t, "the next watch", func() bool { _, w := s.counts(); return w == round+1 })
 	}
 }
 
