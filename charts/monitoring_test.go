@@ -17,6 +17,7 @@ limitations under the License.
 package charts
 
 import (
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -24,13 +25,10 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
-// monitoringSet turns on everything the chart has of artifacts/monitoring,
-// with the scraper artifacts/monitoring/metrics-reader-binding.yaml binds.
+// monitoringSet turns on everything the chart has of artifacts/monitoring.
 var monitoringSet = []string{
 	"monitoring.prometheusRule.enabled=true",
 	"monitoring.serviceMonitor.enabled=true",
-	"monitoring.serviceMonitor.prometheusServiceAccount.name=prometheus-k8s",
-	"monitoring.serviceMonitor.prometheusServiceAccount.namespace=monitoring",
 }
 
 func template(t *testing.T, helm string, set ...string) ([]byte, error) {
@@ -97,20 +95,26 @@ func TestChartMonitoringMatchesKustomize(t *testing.T) {
 
 // TestChartServiceMonitorPlainHTTP: with metrics.secure=false the
 // endpoint is plain HTTP and answers anyone, so the ServiceMonitor sends
-// no token and speaks no TLS.
+// no token and speaks no TLS, and the chart makes no scraper identity.
 func TestChartServiceMonitorPlainHTTP(t *testing.T) {
 	helm, _ := tools(t)
 	rendered, err := template(t, helm, "monitoring.serviceMonitor.enabled=true", "metrics.secure=false")
 	if err != nil {
 		t.Fatal(err)
 	}
-	sm, ok := objects(t, rendered)["ServiceMonitor/bar-controller/bar-controller"]
+	objs := objects(t, rendered)
+	sm, ok := objs["ServiceMonitor/bar-controller/bar-controller"]
 	if !ok {
 		t.Fatal("no ServiceMonitor rendered")
 	}
 	endpoint := sm["spec"].(map[string]any)["endpoints"].([]any)[0].(map[string]any)
-	if endpoint["scheme"] != "http" || endpoint["bearerTokenFile"] != nil || endpoint["tlsConfig"] != nil {
+	if endpoint["scheme"] != "http" || endpoint["bearerTokenFile"] != nil || endpoint["authorization"] != nil || endpoint["tlsConfig"] != nil {
 		t.Errorf("endpoint %v, want plain http without a token or TLS", endpoint)
+	}
+	for key := range objs {
+		if strings.Contains(key, "metrics-scraper") {
+			t.Errorf("%s rendered for a plain HTTP endpoint", key)
+		}
 	}
 }
 
@@ -189,6 +193,62 @@ func TestMetricsPortName(t *testing.T) {
 		endpoint, port := serviceMonitorEndpoint(t, helm, "metrics.secure="+secure)
 		if port != want || endpoint["port"] != port {
 			t.Errorf("metrics.secure=%s: the Service's port %s, the ServiceMonitor's %v, want both %s", secure, port, endpoint["port"], want)
+		}
+	}
+}
+
+// TestServiceMonitorAuthorization: over HTTPS the ServiceMonitor sends a
+// token with authorization, from a ServiceAccount token Secret in its own
+// namespace (where the Prometheus Operator reads credentials), of a
+// ServiceAccount the chart binds to its metrics reader ClusterRole, which
+// may get /metrics. Before, it used bearerTokenFile, which the Prometheus
+// Operator deprecates (and warns of on every ServiceMonitor), and which
+// sent Prometheus's own token, bound by its ServiceAccount's name.
+func TestServiceMonitorAuthorization(t *testing.T) {
+	helm, _ := tools(t)
+	for _, ns := range []string{"bar-controller", "team-a"} {
+		args := []string{"template", "tenant", chart, "--namespace", ns, "--set", "monitoring.serviceMonitor.enabled=true"}
+		if ns != "bar-controller" {
+			args = append(args, "--set", "namespaceScoped=true", "--set", "crds.install=false")
+		}
+		rendered, err := run(t, helm, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		objs := objects(t, rendered)
+		sm, ok := objs["ServiceMonitor/"+ns+"/bar-controller"]
+		if !ok {
+			t.Fatalf("namespace %s: no ServiceMonitor rendered", ns)
+		}
+		endpoint := sm["spec"].(map[string]any)["endpoints"].([]any)[0].(map[string]any)
+		auth, _ := endpoint["authorization"].(map[string]any)
+		creds, _ := auth["credentials"].(map[string]any)
+		if endpoint["bearerTokenFile"] != nil || endpoint["bearerTokenSecret"] != nil || auth["type"] != "Bearer" || creds["key"] != "token" {
+			t.Fatalf("namespace %s: endpoint %v, want authorization of type Bearer from a Secret's token, and no bearerTokenFile", ns, endpoint)
+		}
+		secret := objs[fmt.Sprintf("Secret/%s/%s", ns, creds["name"])]
+		if secret == nil || secret["type"] != "kubernetes.io/service-account-token" || secret["data"] != nil {
+			t.Fatalf("namespace %s: the Secret %v is %v, want a ServiceAccount token Secret with no data (the API server fills it)", ns, creds["name"], secret)
+		}
+		account := secret["metadata"].(map[string]any)["annotations"].(map[string]any)["kubernetes.io/service-account.name"]
+		if _, ok := objs[fmt.Sprintf("ServiceAccount/%s/%s", ns, account)]; !ok {
+			t.Fatalf("namespace %s: the Secret's ServiceAccount %v is not rendered", ns, account)
+		}
+		bound := false
+		for key, obj := range objs {
+			if !strings.HasPrefix(key, "ClusterRoleBinding/") {
+				continue
+			}
+			subjects := obj["subjects"].([]any)
+			s := subjects[0].(map[string]any)
+			if len(subjects) != 1 || s["name"] != account || s["namespace"] != ns {
+				continue
+			}
+			role := objs["ClusterRole/<nil>/"+obj["roleRef"].(map[string]any)["name"].(string)]
+			bound = role != nil && yamlOf(t, role["rules"]) == "- nonResourceURLs:\n  - /metrics\n  verbs:\n  - get"
+		}
+		if !bound {
+			t.Errorf("namespace %s: %v is not bound to a ClusterRole of the release that may get /metrics, and no more", ns, account)
 		}
 	}
 }
