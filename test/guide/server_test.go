@@ -17,6 +17,7 @@ limitations under the License.
 package guide
 
 import (
+	"cmp"
 	"net/http"
 	"strconv"
 	"strings"
@@ -24,6 +25,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
@@ -178,6 +180,64 @@ func TestConsistentListIsServedFromTheWatchCache(t *testing.T) {
 		}
 		if after := served(); after != before+1 {
 			t.Fatalf("consistent reads served from the watch cache went %v -> %v, want one more", before, after)
+		}
+	}
+}
+
+// TestListResourceVersionMatch proves, against a real kube-apiserver,
+// what a LIST's resourceVersion means beyond "" and "0":
+// resourceVersionMatch=Exact answers the state at that version (here
+// one ConfigMap of three), at that version; NotOlderThan any state at
+// least that new; a resourceVersion with a limit and no match is Exact
+// (the legacy rule), the same without a limit NotOlderThan; a match
+// without a resourceVersion, and Exact with "0", are refused.
+func TestListResourceVersionMatch(t *testing.T) {
+	cfg, ns := realServer(t)
+	kube := typedClient(t, cfg)
+	var rvs []string
+	for _, n := range []string{"a", "b", "c"} {
+		cm, err := kube.CoreV1().ConfigMaps(ns).Create(t.Context(), configMapIn(ns, n), metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rvs = append(rvs, cm.ResourceVersion)
+	}
+	list := func(o metav1.ListOptions) (string, string, error) {
+		l, err := kube.CoreV1().ConfigMaps(ns).List(t.Context(), o)
+		if err != nil {
+			return "", "", err
+		}
+		var names []string
+		for _, cm := range l.Items {
+			names = append(names, cm.Name)
+		}
+		return strings.Join(names, ","), l.ResourceVersion, nil
+	}
+	// A consistent list first: the watch cache has then read all three.
+	if names, _, err := list(metav1.ListOptions{}); err != nil || names != "a,b,c" {
+		t.Fatalf("consistent list: %q, %v", names, err)
+	}
+	for _, c := range []struct {
+		what      string
+		opts      metav1.ListOptions
+		names, rv string // rv "" is any
+	}{
+		{"Exact", metav1.ListOptions{ResourceVersion: rvs[0], ResourceVersionMatch: metav1.ResourceVersionMatchExact}, "a", rvs[0]},
+		{"NotOlderThan", metav1.ListOptions{ResourceVersion: rvs[0], ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan}, "a,b,c", ""},
+		{"a limit, no match", metav1.ListOptions{ResourceVersion: rvs[0], Limit: 10}, "a", rvs[0]},
+		{"no limit, no match", metav1.ListOptions{ResourceVersion: rvs[0]}, "a,b,c", ""},
+	} {
+		names, rv, err := list(c.opts)
+		if err != nil || names != c.names || (c.rv != "" && rv != c.rv) {
+			t.Errorf("%s from %s: %q at %s (%v); want %q at %s", c.what, rvs[0], names, rv, err, c.names, cmp.Or(c.rv, "any"))
+		}
+	}
+	for _, o := range []metav1.ListOptions{
+		{ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan},
+		{ResourceVersion: "0", ResourceVersionMatch: metav1.ResourceVersionMatchExact},
+	} {
+		if _, _, err := list(o); !apierrors.IsInvalid(err) && !apierrors.IsBadRequest(err) {
+			t.Errorf("resourceVersion %q, match %s: %v, want it refused", o.ResourceVersion, o.ResourceVersionMatch, err)
 		}
 	}
 }
