@@ -19,6 +19,10 @@ type decl struct {
 	Field bool   // a struct field or interface method, found only as Type.Name
 	Func  bool   // a func or method, not a type, variable or constant
 	Skips bool   // a func whose body calls a Skip, Skipf or SkipNow
+	// Asserts holds the lines of a func's assertions: each line of a call
+	// of Error, Errorf, Fatal, Fatalf, Fail or FailNow, and each line of
+	// the condition of an if whose body makes one (assertLines, proof.go).
+	Asserts map[int]bool
 	From  int
 	To    int
 }
@@ -41,7 +45,8 @@ func parseGo(file string) (*goFile, error) {
 		switch d := d.(type) {
 		case *ast.FuncDecl:
 			from, to := lines(d)
-			g.Decls = append(g.Decls, decl{Name: d.Name.Name, Recv: recvType(d), Func: true, Skips: callsSkip(d), From: from, To: to})
+			g.Decls = append(g.Decls, decl{Name: d.Name.Name, Recv: recvType(d), Func: true, Skips: callsSkip(d),
+				Asserts: assertLines(fset, d), From: from, To: to})
 		case *ast.GenDecl:
 			for _, s := range d.Specs {
 				// A spec alone in its declaration spans the keyword
@@ -195,11 +200,14 @@ func (c *checker) check(ct citation) string {
 	if err != nil {
 		return "cannot parse: " + err.Error()
 	}
-	if ct.Proof {
+	if ct.Proof || provedAt(ct) {
 		if where != "" {
 			return fmt.Sprintf("a proof must be a test of this repository, which make test runs, and %s is not", in)
 		}
-		return checkProof(g, ct, in, c.res.root, file)
+		if why := checkProof(g, ct, in, c.res.root, file); why != "" || ct.At == 0 {
+			return why
+		}
+		return checkAssertion(g, ct, in)
 	}
 	ds := g.lookup(ct.Name)
 	if len(ds) == 0 {

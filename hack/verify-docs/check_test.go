@@ -43,6 +43,9 @@ func TestCheckDocs(t *testing.T) {
 		"docs/guide.md:32: `TestInTestdata` in `test/guide/testdata/old_test.go`":            "is under testdata/, which go list skips",
 		"docs/guide.md:33: `TestInAnotherModule` in `tools2/sub/sub_test.go`":                "is in another module (tools2/sub/go.mod)",
 		"docs/guide.md:34: `TestUpstream` in `k8s.io/fakemod/tools/cache/reflector_test.go`": "a proof must be a test of this repository",
+		"docs/guide.md:37: `TestWithAssertions` at `test/guide/claims_test.go:24`":           "line 24 of TestWithAssertions is no assertion",
+		"docs/guide.md:38: `TestWithAssertions` at `test/guide/claims_test.go:17`":           "line 17 is outside the test TestWithAssertions (lines 23-29",
+		"docs/guide.md:39: `TestSkipped` at `test/guide/claims_test.go:16`":                  "may skip itself: TestSkipped calls Skip",
 	}
 	got := map[string]bool{}
 	for _, p := range probs {

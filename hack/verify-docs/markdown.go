@@ -20,6 +20,12 @@ import (
 // _test.go file that make test runs, and not skip itself (checkProof in
 // proof.go). The docs mark a claim no test can prove with
 // notTestableMarker instead.
+//
+// An F4 citation of a TestXxx in a _test.go file, "`TestName` at
+// `test/guide/x_test.go:123`", is a row of a table of proofs: it names
+// the assertion that fails if the claim is false. It is checked as a
+// proof is, and line 123 must be one of that test's assertions
+// (checkAssertion in proof.go).
 type citation struct {
 	Doc   string // the doc's path as given, for the report
 	Line  int    // the doc line the citation starts on

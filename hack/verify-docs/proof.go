@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"go/ast"
 	"go/build"
+	"go/token"
 	"os"
 	"path/filepath"
 	"strings"
@@ -114,4 +115,78 @@ func callsSkip(fn *ast.FuncDecl) bool {
 		return !found
 	})
 	return found
+}
+
+// provedAt reports whether a citation names a test at one of its lines,
+// "`TestName` at `path/x_test.go:123`": a row of a table of proofs, which
+// points at the assertion that fails if the claim is false. It is checked
+// as a proof is, and the line must be an assertion of that very test
+// (checkAssertion).
+func provedAt(ct citation) bool {
+	return ct.At > 0 && strings.HasSuffix(ct.Path, "_test.go") && isTestName(ct.Name)
+}
+
+// checkAssertion says why the cited line of a test is not one of its
+// assertions, or "": it must lie inside the func TestName itself (not a
+// same-named type, not the doc comment above it) and be an assertion
+// (decl.Asserts), so that a table of proofs cannot point at setup, at
+// another test, or at a line that moved away when the test was edited.
+func checkAssertion(g *goFile, ct citation, in string) string {
+	for _, d := range g.Decls {
+		if d.Name != ct.Name || d.Recv != "" || !d.Func {
+			continue
+		}
+		if ct.At < d.From || ct.At > d.To {
+			return fmt.Sprintf("line %d is outside the test %s (lines %d-%d of %s)", ct.At, ct.Name, d.From, d.To, in)
+		}
+		if !d.Asserts[ct.At] {
+			return fmt.Sprintf("line %d of %s is no assertion: cite a t.Error, t.Errorf, t.Fatal or t.Fatalf call, or the if that guards one", ct.At, ct.Name)
+		}
+		return ""
+	}
+	return fmt.Sprintf("the cited proof does not exist: no func %s in %s", ct.Name, in)
+}
+
+// assertNames are the testing.TB methods that fail a test.
+var assertNames = map[string]bool{"Error": true, "Errorf": true, "Fatal": true, "Fatalf": true, "Fail": true, "FailNow": true}
+
+// assertLines returns the lines of fn's assertions: those a call of an
+// assertNames method spans, and those of the init and condition of an if
+// statement whose body (not its else) makes such a call, closures and
+// subtests included.
+func assertLines(fset *token.FileSet, fn *ast.FuncDecl) map[int]bool {
+	lines := map[int]bool{}
+	if fn.Body == nil {
+		return lines
+	}
+	mark := func(from, to token.Pos) {
+		for l := fset.Position(from).Line; l <= fset.Position(to).Line; l++ {
+			lines[l] = true
+		}
+	}
+	isAssert := func(n ast.Node) bool {
+		call, ok := n.(*ast.CallExpr)
+		if !ok {
+			return false
+		}
+		sel, ok := call.Fun.(*ast.SelectorExpr)
+		return ok && assertNames[sel.Sel.Name]
+	}
+	ast.Inspect(fn.Body, func(n ast.Node) bool {
+		if isAssert(n) {
+			mark(n.Pos(), n.End())
+		}
+		if ifs, ok := n.(*ast.IfStmt); ok {
+			asserts := false
+			ast.Inspect(ifs.Body, func(m ast.Node) bool {
+				asserts = asserts || isAssert(m)
+				return !asserts
+			})
+			if asserts {
+				mark(ifs.Pos(), ifs.Body.Lbrace)
+			}
+		}
+		return true
+	})
+	return lines
 }

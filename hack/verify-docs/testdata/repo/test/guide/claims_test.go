@@ -18,3 +18,12 @@ func TestSkipped(t *testing.T) {
 
 // Testlower is no test to go test: a lower-case rune follows Test.
 func Testlower(t *testing.T) {}
+
+// TestWithAssertions is the table's row: setup, then two assertions.
+func TestWithAssertions(t *testing.T) {
+	got := 1 + 1
+	if got != 2 {
+		t.Errorf("got %d", got)
+	}
+	t.Fatal("unconditional")
+}
