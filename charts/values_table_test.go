@@ -52,6 +52,12 @@ var valueCases = []valueCase{
 				t.Errorf("image %s, want %s", got, want)
 			}
 		}, "image: {registry: Mirror/}", "/image/registry"},
+	{"image.registry with a path", "image: {registry: harbor.example/ghcr-proxy, repository: ghcr.io/acme/bar-controller}",
+		func(t *testing.T, r rendered) {
+			if got := container(r).Image; got != "harbor.example/ghcr-proxy/acme/bar-controller:dev" {
+				t.Errorf("image %s, want harbor.example/ghcr-proxy/acme/bar-controller:dev", got)
+			}
+		}, "image: {registry: harbor.example/Proxy}", "/image/registry"},
 	{"image.registry before a repository without one", "image: {registry: mirror.example}",
 		func(t *testing.T, r rendered) {
 			if got := container(r).Image; got != "mirror.example/bar-controller:dev" {
