@@ -21,6 +21,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -152,12 +153,16 @@ func TestSlowHandlerDelaysOnlyItsOwnListener(t *testing.T) {
 	release := make(chan struct{})
 	defer close(release)
 	fast := &recorder{}
-	slow := cache.ResourceEventHandlerFuncs{AddFunc: func(interface{}) { <-release }}
-	startInformer(t, s, 0, slow, fast)
+	var slowCalls atomic.Int32
+	slow := cache.ResourceEventHandlerFuncs{AddFunc: func(interface{}) { slowCalls.Add(1); <-release }}
+	inf := startInformer(t, s, 0, slow, fast)
 	for _, n := range []string{"a", "b", "c"} {
 		s.set(n, "x", true)
 	}
 	waitFor(t, "the fast handler's three adds", func() bool { return fast.len() == 3 })
+	if n, cached := slowCalls.Load(), len(inf.GetStore().List()); n != 1 || cached != 3 {
+		t.Errorf("the slow handler is in call %d, the cache holds %d; want still in its first, and all 3 cached", n, cached)
+	}
 }
 
 // TestLateHandlerGetsTheCacheAsInitialAdds proves: "when you add a

@@ -155,6 +155,11 @@ func TestGoneEndsTheRoundWithARelist(t *testing.T) {
 	startInformer(t, s, 0)
 	s.expire()
 	waitFor(t, "a relist and a new watch", func() bool { l, w := s.counts(); return l == 2 && w == 2 })
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if got := s.lists[1].ResourceVersion; got != "1" {
+		t.Errorf("the relist after 410 Gone asked from %q, want the last resourceVersion seen, 1", got)
+	}
 }
 
 // TestWhichWatchEndsRelist proves, on a reflector whose clock is fake
