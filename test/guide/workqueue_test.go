@@ -89,3 +89,77 @@ func TestDefaultControllerRateLimiter(t *testing.T) {
 		}
 	})
 }
+
+// TestShutDownDrainsTheQueue proves: after `ShutDown`, `Typed.Get` goes
+// on handing out the keys still queued, and answers shutdown=true only
+// once the queue is empty; not syncing them is the caller's choice.
+func TestShutDownDrainsTheQueue(t *testing.T) {
+	q := workqueue.NewTyped[string]()
+	q.Add("a")
+	q.Add("b")
+	q.ShutDown()
+	var got []string
+	for {
+		key, shutdown := q.Get()
+		if shutdown {
+			break
+		}
+		got = append(got, key)
+		q.Done(key)
+	}
+	if len(got) != 2 || got[0] != "a" || got[1] != "b" {
+		t.Errorf("after ShutDown Get handed out %v, want a and b, then shutdown", got)
+	}
+}
+
+// queueMetricsAsked is a workqueue.MetricsProvider that counts how often
+// a queue asks it for a metric; every metric it hands out is a no-op.
+type queueMetricsAsked struct{ n int }
+
+type noopMetric struct{}
+
+func (noopMetric) Inc()                                                  {}
+func (noopMetric) Dec()                                                  {}
+func (noopMetric) Set(float64)                                           {}
+func (noopMetric) Observe(float64)                                       {}
+func (p *queueMetricsAsked) NewDepthMetric(string) workqueue.GaugeMetric { p.n++; return noopMetric{} }
+func (p *queueMetricsAsked) NewAddsMetric(string) workqueue.CounterMetric {
+	p.n++
+	return noopMetric{}
+}
+func (p *queueMetricsAsked) NewLatencyMetric(string) workqueue.HistogramMetric {
+	p.n++
+	return noopMetric{}
+}
+func (p *queueMetricsAsked) NewWorkDurationMetric(string) workqueue.HistogramMetric {
+	p.n++
+	return noopMetric{}
+}
+func (p *queueMetricsAsked) NewUnfinishedWorkSecondsMetric(string) workqueue.SettableGaugeMetric {
+	p.n++
+	return noopMetric{}
+}
+func (p *queueMetricsAsked) NewLongestRunningProcessorSecondsMetric(string) workqueue.SettableGaugeMetric {
+	p.n++
+	return noopMetric{}
+}
+func (p *queueMetricsAsked) NewRetriesMetric(string) workqueue.CounterMetric {
+	p.n++
+	return noopMetric{}
+}
+
+// TestUnnamedQueueMeasuresNothing proves: a queue without a `Name` in
+// its config never asks its metrics provider for a metric; with one, it
+// asks for all seven (the queue's six and the delaying queue's retries).
+func TestUnnamedQueueMeasuresNothing(t *testing.T) {
+	for _, name := range []string{"", "bars"} {
+		p := &queueMetricsAsked{}
+		q := workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: name, MetricsProvider: p})
+		q.AddRateLimited("a")
+		q.ShutDown()
+		if want := map[string]int{"": 0, "bars": 7}[name]; p.n != want {
+			t.Errorf("queue named %q asked its provider for %d metrics, want %d", name, p.n, want)
+		}
+	}
+}
