@@ -281,7 +281,7 @@ func checkDocs(root string, docs []string, fetch modFetcher) ([]problem, tally, 
 // hold together at least: the count they reached, so that a proof
 // cannot be dropped, or a claim's citation broken into a non-citation,
 // without this check noticing. Raise it as proofs are added.
-const proofFloor = 89
+const proofFloor = 90
 
 // proofDocs are the docs whose behavioural claims cite their proofs.
 var proofDocs = []string{"docs/informer-internals.md", "docs/informer-topics.md", "docs/writing-handlers.md"}

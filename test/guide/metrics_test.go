@@ -23,6 +23,8 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	apiserverfeatures "k8s.io/apiserver/pkg/features"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -234,5 +236,21 @@ func TestReflectorMetricsProviderIsNeverAsked(t *testing.T) {
 	// The informer metrics of the same informer did work meanwhile.
 	if len(p.madeSoFar()) != 3 {
 		t.Errorf("the informer metrics were not made (%v): the test did not exercise a named informer", p.madeSoFar())
+	}
+}
+
+// TestConsistentListFromCacheGateIsGone proves: the API server of
+// v0.37.2 knows no ConsistentListFromCache gate (its
+// ConsistentListFromCacheSkipTimeoutFallback aside), while it knows its
+// WatchList gate, beta and on by default: a consistent list is served
+// from the watch cache whenever etcd can say how far it is, with no gate
+// to turn it off.
+func TestConsistentListFromCacheGateIsGone(t *testing.T) {
+	all := utilfeature.DefaultFeatureGate.DeepCopy().GetAll()
+	if _, ok := all["ConsistentListFromCache"]; ok {
+		t.Error("the API server still knows a ConsistentListFromCache gate")
+	}
+	if spec, ok := all[apiserverfeatures.WatchList]; !ok || !spec.Default || spec.PreRelease != "BETA" {
+		t.Errorf("the API server's WatchList gate: %+v (known %v), want beta and on by default", spec, ok)
 	}
 }
