@@ -23,8 +23,8 @@ type decl struct {
 	// of Error, Errorf, Fatal, Fatalf, Fail or FailNow, and each line of
 	// the condition of an if whose body makes one (assertLines, proof.go).
 	Asserts map[int]bool
-	From  int
-	To    int
+	From    int
+	To      int
 }
 
 // goFile is what the checker needs of a Go file.
