@@ -3,7 +3,8 @@
 # not where they say: in this repository, or in a k8s.io module at the
 # version go.mod (or hack/tools/*/go.mod) builds with, or a claim's proof that
 # is no test make test runs, or a proof table's line that is no assertion of
-# the test it names (hack/verify-docs/proof.go); it prints how many claims cite a proof and fails below
+# the test it names (hack/verify-docs/proof.go), or a proof of the informer
+# guide without a row in docs/informer-proofs.md; it prints how many claims cite a proof and fails below
 # proofFloor (hack/verify-docs/check.go). The grammar of a
 # citation is in hack/verify-docs/markdown.go. The checker downloads the
 # modules it reads ("go mod download"), so it works on an empty module cache.

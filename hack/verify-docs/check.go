@@ -8,6 +8,7 @@ import (
 	"go/token"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -257,6 +258,7 @@ func checkDocs(root string, docs []string, fetch modFetcher) ([]problem, tally, 
 		goErr:  map[string]error{},
 	}
 	var probs []problem
+	var all []citation
 	for _, doc := range docs {
 		data, err := os.ReadFile(filepath.Join(root, doc))
 		if err != nil {
@@ -264,6 +266,7 @@ func checkDocs(root string, docs []string, fetch modFetcher) ([]problem, tally, 
 		}
 		t.NotTestable[doc] = notTestable(string(data))
 		cites := append(extract(doc, string(data)), links(doc, string(data))...)
+		all = append(all, cites...)
 		for _, ct := range cites {
 			t.Citations++
 			if ct.Proof {
@@ -274,7 +277,34 @@ func checkDocs(root string, docs []string, fetch modFetcher) ([]problem, tally, 
 			}
 		}
 	}
+	if slices.Contains(docs, proofTable) {
+		probs = append(probs, unlisted(all, proofTable, proofDocs)...)
+	}
 	return probs, t, nil
+}
+
+// proofTable is the doc whose table names, for every proof the proofDocs
+// cite, the assertion that fails if the claim were false.
+const proofTable = "docs/informer-proofs.md"
+
+// unlisted reports each proof that a doc of proofDocs cites and no row of
+// the table doc names (a provedAt citation of the same test and file),
+// so that a proof added to the guide cannot be left out of the table.
+func unlisted(cites []citation, table string, proofDocs []string) []problem {
+	listed := map[string]bool{}
+	for _, ct := range cites {
+		if ct.Doc == table && provedAt(ct) {
+			listed[ct.Name+" "+ct.Path] = true
+		}
+	}
+	var probs []problem
+	for _, ct := range cites {
+		if ct.Proof && slices.Contains(proofDocs, ct.Doc) && !listed[ct.Name+" "+ct.Path] {
+			probs = append(probs, problem{Doc: ct.Doc, Line: ct.Line, Text: ct.Text,
+				Why: fmt.Sprintf("no row of %s names this proof's assertion (`%s` at `%s:N`)", table, ct.Name, ct.Path)})
+		}
+	}
+	return probs
 }
 
 // proofFloor is how many proof citations the teaching docs (proofDocs)

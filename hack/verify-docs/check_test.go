@@ -100,3 +100,18 @@ func TestExtractSkipsNonCitations(t *testing.T) {
 		t.Errorf("extract found %v, want none", c)
 	}
 }
+
+// TestUnlistedProofs pins that a proof the teaching docs cite with no row
+// in the table is reported where it is cited, and a listed one is not.
+func TestUnlistedProofs(t *testing.T) {
+	cites := []citation{
+		{Doc: "docs/a.md", Line: 3, Name: "TestListed", Path: "x_test.go", Proof: true},
+		{Doc: "docs/a.md", Line: 4, Name: "TestForgotten", Path: "x_test.go", Proof: true},
+		{Doc: "docs/other.md", Line: 5, Name: "TestElsewhere", Path: "x_test.go", Proof: true},
+		{Doc: "docs/table.md", Line: 9, Name: "TestListed", Path: "x_test.go", At: 12},
+	}
+	probs := unlisted(cites, "docs/table.md", []string{"docs/a.md"})
+	if len(probs) != 1 || probs[0].Line != 4 || !strings.Contains(probs[0].Why, "no row of docs/table.md") {
+		t.Errorf("reported %v, want TestForgotten at docs/a.md:4 alone", probs)
+	}
+}
