@@ -206,7 +206,7 @@ func run(ctx context.Context, opts options) error {
 		ready = webhook.Ready
 	}
 	// Probes stay plain HTTP: the kubelet calls them, with no token.
-	stopHealth, err := serving.Serve(ctx, "health", opts.healthAddress, probes.Handler(ready, watchdog), nil)
+	stopHealth, err := serving.Serve(ctx, "health", opts.healthAddress, probes.Handler(ready, watchdog), nil, serving.ForProbes())
 	if err != nil {
 		return err
 	}
@@ -256,7 +256,7 @@ func serveWebhookOnly(ctx context.Context, opts options, cfg *rest.Config, regis
 		return err
 	}
 	defer stopMetrics()
-	stopHealth, err := serving.Serve(ctx, "health", opts.healthAddress, probes.Handler(webhook.Ready, nil), nil)
+	stopHealth, err := serving.Serve(ctx, "health", opts.healthAddress, probes.Handler(webhook.Ready, nil), nil, serving.ForProbes())
 	if err != nil {
 		return err
 	}

@@ -73,28 +73,33 @@ func (l ConnLimits) trusted(src netip.Addr) bool {
 // none, as the kubelet's probes, finds every idle connection open to it,
 // and one that holds many only the idle ones of sources holding more.
 //
-// If none is idle, a connection whose handler waits for the rest of its
-// body gives way, but only one of a source holding more than the
-// newcomer's and one: the oldest such of the source holding the most.
-// That is the only way to keep a connection busy for long without the
-// replica's help: a body's bytes are the caller's to send, and the
-// listener's pace (BodyGrace, MinBodyRate) lets it take seconds. Without
-// it, four Pods of 64 connections each that declared bodies, sent them
-// slowly and redialled as they were cut kept every slot of the webhook
-// busy, and the API server got 5 of 110 reviews answered (issue 39,
-// round-2 review, M1). Now a source's waits stay only while it holds no
-// more than the newcomer's source and one, so to refuse the API server (a
-// source holding none, or a few) the sources must hold about one each:
-// Total of them. A body the API server sends is on the wire whole within
-// milliseconds of its headers, so its waits are short and, the API server
-// holding few connections, seldom the ones chosen; a connection cut so is
-// reset, which its client retries.
+// If none is idle, a connection that waits on its caller gives way, but
+// only one of a source holding more than the newcomer's and one: the
+// oldest such of the source holding the most. A connection waits on its
+// caller while its handler waits for the rest of a body, or while an
+// answer waits for the caller to read the one before (limitedConn.Write):
+// those are the only ways to keep a connection busy for long without the
+// replica's help. A body's bytes are the caller's to send, and the
+// listener's pace (BodyGrace, MinBodyRate) lets it take seconds; four
+// Pods of 64 connections each that declared bodies, sent them slowly and
+// redialled as they were cut kept every slot of the webhook busy, and the
+// API server got 5 of 110 reviews answered (issue 39, round-2 review,
+// M1). Answers are the caller's to read, and a caller that pipelines
+// requests and reads none holds the server's write as long as it likes:
+// four Pods of 16 such connections kept the kubelet's probes out (third
+// review, C1). Now a source's waits stay only while it holds no more than
+// the newcomer's source and one, so to refuse the API server or the
+// kubelet (a source holding none, or a few) the sources must hold about
+// one each: Total of them. The API server sends a body whole within
+// milliseconds of its headers and reads its answer as it comes, so its
+// waits are short and, as it holds few connections, seldom the ones
+// chosen; a connection cut so is reset, which its client retries.
 //
-// A connection whose request is in a handler with its body all read (or
-// none) is never closed for another (but for a Trusted one's): that would
-// cut a call mid-flight, perhaps the API server's review mid-conversion,
-// and the handler, not the caller, decides how long it lasts. If every
-// connection is so, or holds a body's wait of a source no larger than the
+// A connection whose request is in a handler that waits on nobody is
+// never closed for another (but for a Trusted one's): that would cut a
+// call mid-flight, perhaps the API server's review mid-conversion, and
+// the handler, not the caller, decides how long it lasts. If every
+// connection is so, or waits on a caller of a source no larger than the
 // newcomer's and one, the new one is closed at once.
 //
 // Refused and evicted connections are closed with a reset (SO_LINGER 0):
@@ -136,6 +141,7 @@ func (l *limitListener) Accept() (net.Conn, error) {
 			resetConn(c)
 			continue
 		}
+		capBuffers(c)
 		return lc, nil
 	}
 }
@@ -171,9 +177,9 @@ func (l *limitListener) admit(c net.Conn) (admitted, victim *limitedConn, reason
 // victimLocked picks the connection to close for a new one at Total, and
 // marks it evicted, or returns nil. In order: the oldest idle connection
 // of the untrusted source holding the most, if it holds more than mine
-// (what the newcomer's source holds); the oldest connection waiting for
-// its body, of the untrusted source holding the most, if it holds more
-// than mine+1 (a body cut is a request lost, so only for a source that
+// (what the newcomer's source holds); the oldest connection waiting on its
+// caller, of the untrusted source holding the most, if it holds more
+// than mine+1 (a request cut is a request lost, so only for a source that
 // holds clearly more, and equals do not take turns cutting each other);
 // for a trusted newcomer, the oldest connection of the untrusted source
 // holding the most, whatever its state. Ties go to the oldest.
@@ -184,7 +190,7 @@ func (l *limitListener) victimLocked(trusted bool, mine int) *limitedConn {
 	if c := l.pickLocked(connIdle, mine); c != nil {
 		return c
 	}
-	if c := l.pickLocked(connBody, mine+1); c != nil {
+	if c := l.pickLocked(connWaiting, mine+1); c != nil {
 		return c
 	}
 	if !trusted {
@@ -228,7 +234,7 @@ func (l *limitListener) pickLocked(state int32, over int) *limitedConn {
 			return nil
 		}
 		// Its state may have changed since (a request reached a handler,
-		// a body was all read): then look again.
+		// a body was all read, a write returned): then look again.
 		if best.state.CompareAndSwap(state, connEvicted) {
 			return best
 		}
@@ -267,16 +273,29 @@ type limitedConn struct {
 	// served is set once a request on it reached a handler (markServed).
 	served atomic.Bool
 	// state is connIdle, connBusy while a request is in a handler and its
-	// answer not yet finished (markServed to markIdle), connBody while
-	// that handler waits for the rest of a body (awaitBody to bodyDone),
-	// or connEvicted once the listener chose to close it: a request that
-	// reaches a handler after that does not make it busy, and one in a
-	// handler with its body read keeps it from being chosen
-	// (victimLocked).
+	// answer not yet finished (markServed to markIdle), connWaiting while
+	// it waits on the caller (connstate.go), or connEvicted once the
+	// listener chose to close it: a request that reaches a handler after
+	// that does not make it busy, and one in a handler that waits on
+	// nobody keeps it from being chosen (victimLocked).
 	state atomic.Int32
 
 	forgotten bool // guarded by l.mu
 	closeOnce sync.Once
+}
+
+// Write is the connection's write, marked as a wait on the caller while
+// it lasts if a request is in a handler: a write returns as soon as the
+// kernel has taken the bytes, so one that lasts is one whose caller does
+// not read its answers. Without it, a caller that pipelined requests and
+// read none of the answers held its connection busy, never to give way,
+// for as long as it liked: four Pods of 16 such connections kept the
+// kubelet's probes out of every replica (issue 39, third review, C1).
+func (c *limitedConn) Write(p []byte) (int, error) {
+	if c.state.CompareAndSwap(connBusy, connWaiting) {
+		defer c.state.CompareAndSwap(connWaiting, connBusy)
+	}
+	return c.Conn.Write(p)
 }
 
 func (c *limitedConn) Close() error {
@@ -310,6 +329,27 @@ func (c *limitedConn) reset() {
 	c.served.Store(true) // counted as evicted, not as unserved
 	resetConn(c.Conn)
 	_ = c.Close()
+}
+
+// socketBuffer caps each connection's kernel send and receive buffers
+// (Linux keeps twice what is set, for its own bookkeeping). Left to the
+// kernel, they grow to 4 MiB and 6 MiB each for a peer that sends fast or
+// reads slowly: a caller that pipelined requests and read none of the
+// answers made a replica's webhook hold 425 MB of answers in its send
+// buffers within 30 s, none of it in the Go heap that TestConnectionMemory
+// measures, and on cgroup v2 all of it charged to the Pod (issue 39, third
+// review, M1). 32 KiB bounds a listener's connections to about 128 KiB
+// each in the kernel: 32 MiB for the webhook's 256, 8 MiB for the 64 of
+// the metrics endpoint and of the probes. It costs nothing the callers
+// need: the API server's largest review, 4 MiB each way, moves 64 KiB a
+// round trip, hundreds of MB/s between Pods.
+const socketBuffer = 32 << 10
+
+func capBuffers(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetReadBuffer(socketBuffer)
+		_ = tc.SetWriteBuffer(socketBuffer)
+	}
 }
 
 func resetConn(c net.Conn) {

@@ -29,7 +29,10 @@ import (
 const (
 	connIdle int32 = iota
 	connBusy
-	connBody
+	// connWaiting: a request is in a handler, and the connection waits on
+	// its caller, for the rest of the body (awaitBody to bodyDone) or to
+	// take an answer the kernel has no more room for (limitedConn.Write).
+	connWaiting
 	connEvicted
 )
 
@@ -64,7 +67,7 @@ func awaitBody(ctx context.Context) *limitedConn {
 	if !ok {
 		return nil
 	}
-	lc.state.CompareAndSwap(connBusy, connBody)
+	lc.state.CompareAndSwap(connBusy, connWaiting)
 	return lc
 }
 
@@ -72,7 +75,7 @@ func awaitBody(ctx context.Context) *limitedConn {
 // on its handler, not its caller, decides how long it stays busy.
 func (c *limitedConn) bodyDone() {
 	if c != nil {
-		c.state.CompareAndSwap(connBody, connBusy)
+		c.state.CompareAndSwap(connWaiting, connBusy)
 	}
 }
 
@@ -88,10 +91,10 @@ func markIdle(c net.Conn, state http.ConnState) {
 		c = nc.NetConn()
 	}
 	if lc, ok := c.(*limitedConn); ok {
-		// connBody too: a handler that answered without reading its
+		// connWaiting too: a handler that answered without reading its
 		// body, which net/http then read to the end.
 		if !lc.state.CompareAndSwap(connBusy, connIdle) {
-			lc.state.CompareAndSwap(connBody, connIdle)
+			lc.state.CompareAndSwap(connWaiting, connIdle)
 		}
 	}
 }

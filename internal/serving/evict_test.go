@@ -226,7 +226,7 @@ func TestBodyWaitsGiveWay(t *testing.T) {
 		send(c, declared)
 		waiting = append(waiting, c)
 	}
-	waitState(t, l, connBody, 3)
+	waitState(t, l, connWaiting, 3)
 	for range limits.PerSource {
 		c := dialFrom(t, "127.0.0.3", a)
 		send(c, hold)

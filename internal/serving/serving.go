@@ -36,11 +36,11 @@ import (
 // Serve listens on addr ("0" turns it off) and serves h until ctx ends,
 // over HTTPS if tlsConfig is set. It listens before returning, so a busy
 // port fails start-up, loudly.
-func Serve(ctx context.Context, name, addr string, h http.Handler, tlsConfig *tls.Config) (stop func(), err error) {
+func Serve(ctx context.Context, name, addr string, h http.Handler, tlsConfig *tls.Config, opts ...Option) (stop func(), err error) {
 	if addr == "0" || addr == "" {
 		return func() {}, nil
 	}
-	_, stop, err = Listen(ctx, name, addr, h, tlsConfig)
+	_, stop, err = Listen(ctx, name, addr, h, tlsConfig, opts...)
 	return stop, err
 }
 
@@ -132,6 +132,23 @@ func WithConnLimits(l ConnLimits) Option {
 func WithWriteTimeout(d time.Duration) Option {
 	return func(s *settings) { s.srv.WriteTimeout = d }
 }
+
+// ForProbes is the probes' endpoint: one request a connection, answered
+// within probeWriteTimeout. The kubelet opens a connection for each probe
+// and closes it after the answer, so nothing it does needs keep-alive,
+// and without it a connection cannot carry the pipelined requests whose
+// unread answers kept a connection busy (limitedConn.Write).
+func ForProbes() Option {
+	return func(s *settings) {
+		s.srv.SetKeepAlivesEnabled(false)
+		s.srv.WriteTimeout = probeWriteTimeout
+	}
+}
+
+// probeWriteTimeout: a probe's answer is a few bytes, written in
+// microseconds; 5 s is the kubelet's own default probe timeout's several
+// times (1 s) and still ends a write its caller does not read.
+const probeWriteTimeout = 5 * time.Second
 
 // Listen is Serve, always on, and also returns the address it listens on
 // (the port, when addr asked for any with ":0").
