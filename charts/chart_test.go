@@ -273,23 +273,40 @@ func TestGoMemLimitFollowsTheLimit(t *testing.T) {
 // silently, and every caBundle write of a release elsewhere be refused).
 func TestCRDPolicyAdmitsTheRelease(t *testing.T) {
 	helm, _ := tools(t)
-	for _, ns := range []string{"bar-controller", "ops"} {
-		rendered, err := run(t, helm, "template", "bar-controller", chart, "--namespace", ns)
+	for _, tc := range []struct{ ns, sa string }{{"bar-controller", ""}, {"ops", ""}, {"ops", "foo"}} {
+		args := []string{"template", "bar-controller", chart, "--namespace", tc.ns}
+		name := "bar-controller"
+		if tc.sa != "" {
+			args, name = append(args, "--set", "serviceAccount.name="+tc.sa), tc.sa
+		}
+		rendered, err := run(t, helm, args...)
 		if err != nil {
 			t.Fatal(err)
 		}
 		policy, ok := objects(t, rendered)["ValidatingAdmissionPolicy/<nil>/crd-changes.barcontroller.dev"]
 		if !ok {
-			t.Fatalf("namespace %s: no CRD policy rendered", ns)
+			t.Fatalf("namespace %s: no CRD policy rendered", tc.ns)
 		}
+		spec := policy["spec"].(map[string]any)
 		var allowed []string
-		for _, v := range policy["spec"].(map[string]any)["variables"].([]any) {
+		for _, v := range spec["variables"].([]any) {
 			if v := v.(map[string]any); v["name"] == "allowed" {
 				allowed = append(allowed, v["expression"].(string))
 			}
 		}
-		if want := "'system:serviceaccount:" + ns + ":bar-controller'"; len(allowed) != 1 || allowed[0] != want {
-			t.Errorf("namespace %s: the policy admits %q, want %s", ns, allowed, want)
+		identity := "system:serviceaccount:" + tc.ns + ":" + name
+		if want := "'" + identity + "'"; len(allowed) != 1 || allowed[0] != want {
+			t.Errorf("namespace %s, ServiceAccount %s: the policy admits %q, want %s", tc.ns, name, allowed, want)
+		}
+		// The policy must judge the release's own identity: a
+		// ServiceAccount it does not match patches the CRD unchecked
+		// (issue 39, third review, m1).
+		var match string
+		for _, c := range spec["matchConditions"].([]any) {
+			match += c.(map[string]any)["expression"].(string)
+		}
+		if !strings.Contains(match, "endsWith(':"+name+"')") && !strings.Contains(match, "== '"+identity+"'") {
+			t.Errorf("namespace %s, ServiceAccount %s: the policy's matchConditions %q do not match the release's identity", tc.ns, name, match)
 		}
 	}
 }
