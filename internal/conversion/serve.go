@@ -126,11 +126,12 @@ func handler(c http.Handler, apiServer []netip.Prefix) http.Handler {
 // per conversion call in flight (HTTP/1.1) and keeps some open between
 // calls; a call takes milliseconds, so 64 at once from one address is
 // more than it needs, and a refused one is reset, which it retries. 256
-// in all hold about 15 MiB at most over TLS (internal/serving's
+// in all hold about 15 MiB of heap at most over TLS (internal/serving's
 // TestConnectionMemory: about 60 KiB each with a header just under the
-// limit), and take four addresses at their share to fill; an idle one
-// gives way to a new one then (serving.ConnLimits), so only connections
-// with requests in flight can keep the API server out.
+// limit) and 32 MiB of kernel buffers (serving's socketBuffer), and take
+// four addresses at their share to fill; then one waiting on its caller
+// gives way to an address holding fewer (serving.ConnLimits), so only
+// about 256 addresses of one connection each can keep the API server out.
 var connLimits = serving.ConnLimits{Total: 256, PerSource: 64}
 
 // listenOptions are the webhook listener's bounds beyond serving's
