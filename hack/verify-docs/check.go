@@ -21,8 +21,9 @@ type decl struct {
 	Func  bool   // a func or method, not a type, variable or constant
 	Skips bool   // a func whose body calls a Skip, Skipf or SkipNow
 	// Asserts holds the lines of a func's assertions: each line of a call
-	// of Error, Errorf, Fatal, Fatalf, Fail or FailNow, and each line of
-	// the condition of an if whose body makes one (assertLines, proof.go).
+	// of Error, Errorf, Fatal, Fatalf, Fail or FailNow on the test's own
+	// *testing.T or testing.TB (or a subtest's), and each line of the
+	// condition of an if whose body makes one (assertLines, proof.go).
 	Asserts map[int]bool
 	From    int
 	To      int
@@ -47,7 +48,7 @@ func parseGo(file string) (*goFile, error) {
 		case *ast.FuncDecl:
 			from, to := lines(d)
 			g.Decls = append(g.Decls, decl{Name: d.Name.Name, Recv: recvType(d), Func: true, Skips: callsSkip(d),
-				Asserts: assertLines(fset, d), From: from, To: to})
+				Asserts: assertLines(fset, d, testingName(f)), From: from, To: to})
 		case *ast.GenDecl:
 			for _, s := range d.Specs {
 				// A spec alone in its declaration spans the keyword

@@ -46,6 +46,9 @@ func TestCheckDocs(t *testing.T) {
 		"docs/guide.md:37: `TestWithAssertions` at `test/guide/claims_test.go:24`":           "line 24 of TestWithAssertions is no assertion",
 		"docs/guide.md:38: `TestWithAssertions` at `test/guide/claims_test.go:17`":           "line 17 is outside the test TestWithAssertions (lines 23-29",
 		"docs/guide.md:39: `TestSkipped` at `test/guide/claims_test.go:16`":                  "may skip itself: TestSkipped calls Skip",
+		"docs/guide.md:41: `TestCallsErrorOnAWatcher` at `test/guide/claims_test.go:37`":     "line 37 of TestCallsErrorOnAWatcher is no assertion",
+		"docs/guide.md:41: `TestCallsErrorOnAWatcher` at `test/guide/claims_test.go:38`":     "line 38 of TestCallsErrorOnAWatcher is no assertion",
+		"docs/guide.md:42: `TestCallsErrorOnAWatcher` at `test/guide/claims_test.go:49`":     "line 49 of TestCallsErrorOnAWatcher is no assertion",
 	}
 	got := map[string]bool{}
 	for _, p := range probs {

@@ -151,12 +151,20 @@ func checkAssertion(g *goFile, ct citation, in string) string {
 var assertNames = map[string]bool{"Error": true, "Errorf": true, "Fatal": true, "Fatalf": true, "Fail": true, "FailNow": true}
 
 // assertLines returns the lines of fn's assertions: those a call of an
-// assertNames method spans, and those of the init and condition of an if
-// statement whose body (not its else) makes such a call, closures and
-// subtests included.
-func assertLines(fset *token.FileSet, fn *ast.FuncDecl) map[int]bool {
+// assertNames method on a test's own *testing.T or testing.TB spans, and
+// those of the init and condition of an if statement whose body (not its
+// else) makes such a call, closures and subtests included. testing is the
+// name the file imports package testing as ("" if it does not).
+//
+// Only a call on a parameter of type *testing.T or testing.TB counts: the
+// test's own, or that of a func literal in it (a subtest's
+// t.Run("x", func(t *testing.T) {...}), a check helper's tb testing.TB),
+// as far as it is in scope, not shadowed by a parameter, a := or a var of
+// the same name. A call named Error on anything else, as a watch.Interface
+// fake's w.Error(&status), fails no test and is no assertion.
+func assertLines(fset *token.FileSet, fn *ast.FuncDecl, testing string) map[int]bool {
 	lines := map[int]bool{}
-	if fn.Body == nil {
+	if fn.Body == nil || testing == "" {
 		return lines
 	}
 	mark := func(from, to token.Pos) {
@@ -164,13 +172,10 @@ func assertLines(fset *token.FileSet, fn *ast.FuncDecl) map[int]bool {
 			lines[l] = true
 		}
 	}
+	calls := testCalls(fn, testing)
 	isAssert := func(n ast.Node) bool {
 		call, ok := n.(*ast.CallExpr)
-		if !ok {
-			return false
-		}
-		sel, ok := call.Fun.(*ast.SelectorExpr)
-		return ok && assertNames[sel.Sel.Name]
+		return ok && calls[call]
 	}
 	ast.Inspect(fn.Body, func(n ast.Node) bool {
 		if isAssert(n) {
@@ -189,4 +194,210 @@ func assertLines(fset *token.FileSet, fn *ast.FuncDecl) map[int]bool {
 		return true
 	})
 	return lines
+}
+
+// testingName is the name file imports package testing as, or "".
+func testingName(f *ast.File) string {
+	for _, im := range f.Imports {
+		if im.Path.Value != `"testing"` {
+			continue
+		}
+		if im.Name == nil {
+			return "testing"
+		}
+		if im.Name.Name == "_" || im.Name.Name == "." {
+			return ""
+		}
+		return im.Name.Name
+	}
+	return ""
+}
+
+// scope is the set of names that, where it holds, are bound to a
+// *testing.T or testing.TB parameter.
+type scope map[string]bool
+
+func (s scope) without(names []string) scope {
+	c := scope{}
+	for n := range s {
+		c[n] = true
+	}
+	for _, n := range names {
+		delete(c, n)
+	}
+	return c
+}
+
+// testCalls returns fn's calls of an assertNames method on a name bound,
+// where the call is, to a *testing.T or testing.TB parameter.
+func testCalls(fn *ast.FuncDecl, testing string) map[*ast.CallExpr]bool {
+	calls := map[*ast.CallExpr]bool{}
+	isTB := func(t ast.Expr) bool {
+		if st, ok := t.(*ast.StarExpr); ok {
+			sel, ok := st.X.(*ast.SelectorExpr)
+			if !ok || sel.Sel.Name != "T" {
+				return false
+			}
+			id, ok := sel.X.(*ast.Ident)
+			return ok && id.Name == testing
+		}
+		sel, ok := t.(*ast.SelectorExpr)
+		if !ok || sel.Sel.Name != "TB" {
+			return false
+		}
+		id, ok := sel.X.(*ast.Ident)
+		return ok && id.Name == testing
+	}
+	// params binds a func's parameters: each hides an outer name, and
+	// those of a testing type are bound anew.
+	params := func(s scope, recv *ast.FieldList, ft *ast.FuncType) scope {
+		var hidden, bound []string
+		for _, fl := range []*ast.FieldList{recv, ft.Params, ft.Results} {
+			if fl == nil {
+				continue
+			}
+			for _, f := range fl.List {
+				for _, id := range f.Names {
+					hidden = append(hidden, id.Name)
+					if isTB(f.Type) {
+						bound = append(bound, id.Name)
+					}
+				}
+			}
+		}
+		c := s.without(hidden)
+		for _, n := range bound {
+			c[n] = true
+		}
+		return c
+	}
+	var walk func(n ast.Node, s scope)
+	stmts := func(list []ast.Stmt, s scope) {
+		for _, st := range list {
+			walk(st, s)
+			s = s.without(defines(st))
+		}
+	}
+	walk = func(n ast.Node, s scope) {
+		if n == nil || len(s) == 0 && !containsFuncLit(n) {
+			return
+		}
+		switch n := n.(type) {
+		case *ast.FuncLit:
+			stmts(n.Body.List, params(s, nil, n.Type))
+			return
+		case *ast.BlockStmt:
+			stmts(n.List, s)
+			return
+		case *ast.CaseClause:
+			for _, e := range n.List {
+				walk(e, s)
+			}
+			stmts(n.Body, s)
+			return
+		case *ast.CommClause:
+			walk(n.Comm, s)
+			stmts(n.Body, s.without(defines(n.Comm)))
+			return
+		case *ast.IfStmt:
+			walk(n.Init, s)
+			s = s.without(defines(n.Init))
+			walk(n.Cond, s)
+			walk(n.Body, s)
+			walk(n.Else, s)
+			return
+		case *ast.SwitchStmt:
+			walk(n.Init, s)
+			s = s.without(defines(n.Init))
+			walk(n.Tag, s)
+			walk(n.Body, s)
+			return
+		case *ast.TypeSwitchStmt:
+			walk(n.Init, s)
+			s = s.without(defines(n.Init))
+			walk(n.Assign, s)
+			walk(n.Body, s.without(defines(n.Assign)))
+			return
+		case *ast.ForStmt:
+			walk(n.Init, s)
+			s = s.without(defines(n.Init))
+			walk(n.Cond, s)
+			walk(n.Post, s)
+			walk(n.Body, s)
+			return
+		case *ast.RangeStmt:
+			walk(n.X, s)
+			if n.Tok == token.DEFINE {
+				s = s.without(names(n.Key, n.Value))
+			}
+			walk(n.Body, s)
+			return
+		case *ast.CallExpr:
+			if sel, ok := n.Fun.(*ast.SelectorExpr); ok && assertNames[sel.Sel.Name] {
+				if id, ok := sel.X.(*ast.Ident); ok && s[id.Name] {
+					calls[n] = true
+				}
+			}
+		}
+		ast.Inspect(n, func(m ast.Node) bool {
+			if m == n {
+				return true
+			}
+			if m != nil {
+				walk(m, s)
+			}
+			return false
+		})
+	}
+	walk(fn.Body, params(scope{}, fn.Recv, fn.Type))
+	return calls
+}
+
+// containsFuncLit reports whether n holds a func literal, which may bind
+// a testing parameter of its own where no outer one is in scope.
+func containsFuncLit(n ast.Node) bool {
+	found := false
+	ast.Inspect(n, func(m ast.Node) bool {
+		_, ok := m.(*ast.FuncLit)
+		found = found || ok
+		return !found
+	})
+	return found
+}
+
+// defines returns the names a statement declares in its block: those of
+// a := and of a var declaration.
+func defines(st ast.Stmt) []string {
+	switch st := st.(type) {
+	case *ast.AssignStmt:
+		if st.Tok == token.DEFINE {
+			return names(st.Lhs...)
+		}
+	case *ast.DeclStmt:
+		gd, ok := st.Decl.(*ast.GenDecl)
+		if !ok || gd.Tok != token.VAR && gd.Tok != token.CONST {
+			return nil
+		}
+		var ns []string
+		for _, sp := range gd.Specs {
+			if vs, ok := sp.(*ast.ValueSpec); ok {
+				for _, id := range vs.Names {
+					ns = append(ns, id.Name)
+				}
+			}
+		}
+		return ns
+	}
+	return nil
+}
+
+// names returns the names of the identifiers among es.
+func names(es ...ast.Expr) []string {
+	var ns []string
+	for _, e := range es {
+		if id, ok := e.(*ast.Ident); ok {
+			ns = append(ns, id.Name)
+		}
+	}
+	return ns
 }

@@ -27,3 +27,32 @@ func TestWithAssertions(t *testing.T) {
 	}
 	t.Fatal("unconditional")
 }
+
+// TestCallsErrorOnAWatcher calls Error on values that are not a
+// *testing.T: a fake watcher's Error, and one on a name that shadows t.
+// Only the calls on its own t, a subtest's and a helper's testing.TB are
+// assertions.
+func TestCallsErrorOnAWatcher(t *testing.T) {
+	var w watcher
+	if w.Pending() {
+		w.Error(nil)
+	}
+	t.Run("sub", func(st *testing.T) {
+		if st.Name() == "" {
+			st.Fatal("unnamed")
+		}
+	})
+	check := func(tb testing.TB) { tb.Error("checked") }
+	check(t)
+	{
+		t := w
+		t.Error(nil)
+	}
+	t.Error("own")
+}
+
+// watcher has an Error method that fails nothing, as watch.FakeWatcher's.
+type watcher struct{}
+
+func (watcher) Pending() bool     { return false }
+func (watcher) Error(interface{}) {}
