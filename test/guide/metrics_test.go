@@ -241,10 +241,10 @@ func TestReflectorMetricsProviderIsNeverAsked(t *testing.T) {
 
 // TestConsistentListFromCacheGateIsGone proves: the API server of
 // v0.37.2 knows no ConsistentListFromCache gate (its
-// ConsistentListFromCacheSkipTimeoutFallback aside), while it knows its
-// WatchList gate, beta and on by default: a consistent list is served
-// from the watch cache whenever etcd can say how far it is, with no gate
-// to turn it off.
+// ConsistentListFromCacheSkipTimeoutFallback aside), so a consistent list
+// is served from the watch cache whenever etcd can say how far it is; and
+// it knows its WatchList and ListFromCacheSnapshot gates, each beta and
+// on by default.
 func TestConsistentListFromCacheGateIsGone(t *testing.T) {
 	all := utilfeature.DefaultFeatureGate.DeepCopy().GetAll()
 	if _, ok := all["ConsistentListFromCache"]; ok {
@@ -252,5 +252,8 @@ func TestConsistentListFromCacheGateIsGone(t *testing.T) {
 	}
 	if spec, ok := all[apiserverfeatures.WatchList]; !ok || !spec.Default || spec.PreRelease != "BETA" {
 		t.Errorf("the API server's WatchList gate: %+v (known %v), want beta and on by default", spec, ok)
+	}
+	if spec, ok := all[apiserverfeatures.ListFromCacheSnapshot]; !ok || !spec.Default || spec.PreRelease != "BETA" {
+		t.Errorf("the API server's ListFromCacheSnapshot gate: %+v (known %v), want beta and on by default", spec, ok)
 	}
 }

@@ -44,6 +44,8 @@ type pagingServer struct {
 	pageFirst bool
 	// expireNext: answer the next list from a resourceVersion 410 Gone.
 	expireNext bool
+	// pageSize: the reflector's WatchListPageSize.
+	pageSize int64
 }
 
 func (s *pagingServer) lw() cache.ListerWatcher {
@@ -94,6 +96,7 @@ func (s *pagingServer) relist(t *testing.T, n int) {
 func (s *pagingServer) run(t *testing.T) {
 	t.Helper()
 	r := cache.NewReflector(s.lw(), &corev1.ConfigMap{}, cache.NewStore(cache.MetaNamespaceKeyFunc), 0)
+	r.WatchListPageSize = s.pageSize
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); r.RunWithContext(ctx) }()
@@ -105,9 +108,11 @@ func (s *pagingServer) run(t *testing.T) {
 // relist from the last resourceVersion with no limit, so that it is no
 // exact read (a resourceVersion with a limit is one); a relist answered
 // 410 Gone asked again at once from "", by the same pager, so with no
-// limit either: one consistent list, whole; and, once the server paged an
+// limit either: one consistent list, whole; once the server paged an
 // answer to "0" (a server without a watch cache), every relist in pages
-// too, the later pages by continue token alone.
+// too, the later pages by continue token alone, and the retry after a 410
+// Gone as well; and a WatchListPageSize, when set, is the page size of
+// every one of these lists.
 func TestReflectorListPages(t *testing.T) {
 	t.Parallel()
 	t.Run("whole", func(t *testing.T) {
@@ -134,10 +139,32 @@ func TestReflectorListPages(t *testing.T) {
 		waitFor(t, "the first list's two pages", func() bool { s.mu.Lock(); defer s.mu.Unlock(); return len(s.lists) == 2 })
 		s.relist(t, 3)
 		s.mu.Lock()
+		s.expireNext = true
+		s.mu.Unlock()
+		s.relist(t, 5)
+		s.mu.Lock()
 		defer s.mu.Unlock()
-		want := []string{"rv=0 limit=500 continue=", "rv= limit=500 continue=next", "rv=5 limit=500 continue="}
+		want := []string{"rv=0 limit=500 continue=", "rv= limit=500 continue=next", "rv=5 limit=500 continue=",
+			"rv=5 limit=500 continue=", "rv= limit=500 continue="}
 		if !slices.Equal(s.lists, want) {
-			t.Errorf("lists %q, want %q", s.lists, want)
+			t.Errorf("paged: lists %q, want %q", s.lists, want)
+		}
+	})
+	t.Run("WatchListPageSize", func(t *testing.T) {
+		t.Parallel()
+		s := &pagingServer{pageSize: 2}
+		s.run(t)
+		waitFor(t, "the first list", func() bool { s.mu.Lock(); defer s.mu.Unlock(); return len(s.lists) == 1 })
+		s.relist(t, 2)
+		s.mu.Lock()
+		s.expireNext = true
+		s.mu.Unlock()
+		s.relist(t, 4)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		want := []string{"rv=0 limit=2 continue=", "rv=5 limit=2 continue=", "rv=5 limit=2 continue=", "rv= limit=2 continue="}
+		if !slices.Equal(s.lists, want) {
+			t.Errorf("WatchListPageSize 2: lists %q, want %q", s.lists, want)
 		}
 	})
 }
