@@ -52,6 +52,10 @@ var (
 		Name: "bar_controller_listener_connections_unserved_total",
 		Help: "Connections that ended before a request reached a handler: a failed TLS handshake, headers too large (431) or too slow, or nothing sent; by endpoint.",
 	}, []string{"endpoint"})
+	listenerUnread = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "bar_controller_listener_unread_resets_total",
+		Help: "Connections a listener reset as it closed them, because their caller had not taken all that was written to them, by endpoint.",
+	}, []string{"endpoint"})
 	listenerSlowBodies = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "bar_controller_listener_slow_bodies_total",
 		Help: "Requests whose body arrived slower than the listener's minimum rate and was cut off, by endpoint.",
@@ -59,7 +63,7 @@ var (
 )
 
 func listenerCollectors() []prometheus.Collector {
-	return []prometheus.Collector{listenerConnections, listenerRefused, listenerUnserved, listenerSlowBodies}
+	return []prometheus.Collector{listenerConnections, listenerRefused, listenerUnserved, listenerUnread, listenerSlowBodies}
 }
 
 // SetListenerConnections records how many connections endpoint has open.
@@ -76,6 +80,12 @@ func RecordListenerRefused(endpoint, reason string) {
 // request reached a handler.
 func RecordListenerUnserved(endpoint string) {
 	listenerUnserved.WithLabelValues(endpoint).Inc()
+}
+
+// RecordListenerUnread counts a connection reset as it was closed, with
+// bytes its caller had not taken.
+func RecordListenerUnread(endpoint string) {
+	listenerUnread.WithLabelValues(endpoint).Inc()
 }
 
 // RecordSlowBody counts a request body cut off for its rate.

@@ -35,9 +35,10 @@ var unreadAnswers = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request
 })
 
 // dialSmall connects from src with a 4 KiB receive buffer, set before the
-// connection so that the window it offers stays small, sends one request
-// and never reads: what the server writes waits in its own buffers.
-func dialSmall(t *testing.T, src, addr string) net.Conn {
+// connection so that the window it offers stays small, sends req (by
+// default one GET) and never reads: what the server writes waits in its
+// own buffers.
+func dialSmall(t *testing.T, src, addr string, req ...string) net.Conn {
 	t.Helper()
 	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: hangBound,
 		Control: func(_, _ string, rc syscall.RawConn) error {
@@ -54,7 +55,10 @@ func dialSmall(t *testing.T, src, addr string) net.Conn {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	if _, err := io.WriteString(conn, "GET /big HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+	if len(req) == 0 {
+		req = []string{"GET /big HTTP/1.1\r\nHost: x\r\n\r\n"}
+	}
+	if _, err := io.WriteString(conn, strings.Join(req, "")); err != nil {
 		t.Fatal(err)
 	}
 	return conn
@@ -167,5 +171,39 @@ func TestProbesAnswerOneRequestAConnection(t *testing.T) {
 	}
 	if answers != 1 {
 		t.Errorf("three pipelined requests: %d answered, want 1 and the connection closed", answers)
+	}
+}
+
+// Issue 39, fourth review, C1: a connection the server closed with an
+// answer its caller had not taken stayed in the kernel as an orphan, its
+// unsent bytes with it, for minutes and outside every count of the
+// listener. It is reset instead: the caller that reads afterwards gets
+// what its own buffer held and then the reset, not the rest and an EOF.
+func TestClosedWithUnreadAnswerIsReset(t *testing.T) {
+	endpoint := "orphan-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	const size = 24 << 10 // fits the server's buffers: the handler ends
+	a, l := listen(t, endpoint, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, strings.Repeat("x", size))
+	}), DefaultConnLimits)
+	conn := dialSmall(t, "127.0.0.2", a, "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+	// The server answers, half-closes, waits half a second, and closes.
+	for deadline := time.Now().Add(hangBound); ; time.Sleep(10 * time.Millisecond) {
+		l.mu.Lock()
+		open := l.open
+		l.mu.Unlock()
+		if open == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the server still holds the connection after %v", hangBound)
+		}
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(hangBound))
+	n, err := io.Copy(io.Discard, conn)
+	if err == nil || n >= size {
+		t.Errorf("read %d bytes of a %d-byte answer, then %v: want a reset before its end", n, size, err)
+	}
+	if got := listenerCounts(t, endpoint)[`bar_controller_listener_unread_resets_total{}`]; got != 1 {
+		t.Errorf("unread resets: %v, want 1", got)
 	}
 }
