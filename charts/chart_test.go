@@ -181,6 +181,10 @@ func TestValuesSchema(t *testing.T) {
 		// A namespaced release must not own the CRD: its webhook and
 		// its policy's identity would be the tenant's namespace.
 		{[]string{"namespaceScoped=true"}, "crds.install=false"},
+		// The webhook's grant on the CRD under a name the cluster's own
+		// CRD policy does not judge (issue 39, fourth review, m1).
+		{[]string{"crds.install=false", "serviceAccount.name=ops-sa"}, "serviceAccount.name"},
+		{[]string{"crds.install=false", "serviceAccount.name=ops-sa", "webhook.enabled=false"}, ""},
 		{[]string{"replicas=0"}, "replicas"},
 		{[]string{"leaderElection.enabled=false"}, "replicas"},
 		{[]string{"image.digest=sha256:abc"}, "digest"},
