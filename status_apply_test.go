@@ -98,17 +98,19 @@ func TestApplyStatusAsksForMetadataOnly(t *testing.T) {
 // TestStatusApplyIsForcedAndConditional: the status write names the Ready
 // condition alone, so other writers' conditions keep their owners; it is
 // forced (TestApplyStatusAsksForMetadataOnly reads force=true on the
-// wire), so no field conflict refuses it; and it carries the UID and
+// wire), so no field conflict refuses it; and it carries the
 // resourceVersion of the Bar it was judged on, so a Bar changed since the
 // cache read it answers Conflict (TestStatusApplyIsRefusedForANamesake in
-// test/integration shows the API server refusing it).
+// test/integration shows the API server refusing it). It sends the UID
+// too, which the status subresource drops: there the resourceVersion
+// alone refuses.
 func TestStatusApplyIsForcedAndConditional(t *testing.T) {
 	bar := newBar("web", "web", 2)
 	bar.Status.Conditions = []metav1.Condition{{Type: "Audited", Status: metav1.ConditionTrue, Reason: "ByOthers"}}
 	status := newStatus(bar, 2, readiness{metav1.ConditionTrue, barv1.ReasonDeploymentAvailable, readyMessage(2, 2, "web")}, fixedNow)
 	ac := statusApplyConfiguration(bar, &status)
 	if ac.ResourceVersion == nil || *ac.ResourceVersion != bar.ResourceVersion || ac.UID == nil || *ac.UID != bar.UID {
-		t.Errorf("the apply carries resourceVersion %v and UID %v, want %s and %s as preconditions", ac.ResourceVersion, ac.UID, bar.ResourceVersion, bar.UID)
+		t.Errorf("the apply carries resourceVersion %v and UID %v, want %s (its precondition) and %s", ac.ResourceVersion, ac.UID, bar.ResourceVersion, bar.UID)
 	}
 	if n := len(ac.Status.Conditions); n != 1 || *ac.Status.Conditions[0].Type != barv1.ConditionReady {
 		t.Errorf("the apply names %d conditions, want Ready alone", n)
