@@ -125,7 +125,8 @@ func handler(c http.Handler, apiServer []netip.Prefix) http.Handler {
 // connLimits bound the webhook's connections. The API server holds one
 // per conversion call in flight (HTTP/1.1) and keeps some open between
 // calls; a call takes milliseconds, so 64 at once from one address is
-// more than it needs, and a refused one is reset, which it retries. 256
+// more than it needs, and one refused at accept is reset before its
+// request is written, which the API server's transport dials again. 256
 // in all hold about 15 MiB of heap at most over TLS (internal/serving's
 // TestConnectionMemory: about 60 KiB each with a header just under the
 // limit) and 32 MiB of kernel buffers (serving's socketBuffer), and take

@@ -92,8 +92,10 @@ func (l ConnLimits) trusted(src netip.Addr) bool {
 // kubelet (a source holding none, or a few) the sources must hold about
 // one each: Total of them. The API server sends a body whole within
 // milliseconds of its headers and reads its answer as it comes, so its
-// waits are short and, as it holds few connections, seldom the ones
-// chosen; a connection cut so is reset, which its client retries.
+// waits are short and, as it holds few connections, never the ones chosen
+// while a larger source holds one that may give way (victimLocked). A
+// review cut so fails: the API server sends a conversion's POST once, and
+// client-go retries a reset only for a GET.
 //
 // A connection whose request is in a handler that waits on nobody is
 // never closed for another (but for a Trusted one's): that would cut a
@@ -103,9 +105,9 @@ func (l ConnLimits) trusted(src netip.Addr) bool {
 // newcomer's and one, the new one is closed at once.
 //
 // Refused and evicted connections are closed with a reset (SO_LINGER 0):
-// nothing of them lingers in the kernel, and a client with a request to
-// send (the API server's webhook client) sees "connection reset", which
-// it retries, rather than an EOF it may not.
+// nothing of them lingers in the kernel. A connection refused at accept
+// carries no request yet; Go's transport dials again for a request that
+// was never written.
 type limitListener struct {
 	net.Listener
 	endpoint string
@@ -116,6 +118,8 @@ type limitListener struct {
 	bySource map[string][]*limitedConn // oldest first
 	trusted  map[string]bool           // the sources connected now that ConnLimits.Trusted holds
 	seq      uint64                    // connections admitted so far: their order, oldest first
+	// draining is set as the server shuts down (Listen's stop).
+	draining atomic.Bool
 }
 
 func newLimitListener(l net.Listener, endpoint string, limits ConnLimits) *limitListener {
@@ -175,22 +179,28 @@ func (l *limitListener) admit(c net.Conn) (admitted, victim *limitedConn, reason
 }
 
 // victimLocked picks the connection to close for a new one at Total, and
-// marks it evicted, or returns nil. In order: the oldest idle connection
-// of the untrusted source holding the most, if it holds more than mine
-// (what the newcomer's source holds); the oldest connection waiting on its
-// caller, of the untrusted source holding the most, if it holds more
-// than mine+1 (a request cut is a request lost, so only for a source that
-// holds clearly more, and equals do not take turns cutting each other);
-// for a trusted newcomer, the oldest connection of the untrusted source
-// holding the most, whatever its state. Ties go to the oldest.
+// marks it evicted, or returns nil: of the untrusted source holding the
+// most that has one, the oldest idle connection if the source holds more
+// than mine (what the newcomer's source holds), or else the oldest
+// connection waiting on its caller if it holds more than mine+1 (a
+// request cut is a request lost, so only for a source that holds clearly
+// more, and equals do not take turns cutting each other); idle before
+// waiting of sources holding as many, the oldest on a tie. The source's
+// size comes first: a source that holds a connection or two (the API
+// server, reusing its own) gives nothing way while larger ones hold any
+// it may take, whatever their states. Before, an idle connection came
+// first wherever it was, and a Pod that dialled and dropped its
+// connections, holding none at each dial, took the API server's fresh or
+// just-answered connection while four others held every other place
+// waiting for bodies: 121 of 213 conversions failed (issue 39, fifth
+// review, C1). For a trusted newcomer, failing those, the oldest
+// connection of the untrusted source holding the most, whatever its
+// state.
 func (l *limitListener) victimLocked(trusted bool, mine int) *limitedConn {
 	if trusted {
-		mine = 0 // an idle connection of any source first, whatever it holds
+		mine = 0 // any source's connection that may give way, first
 	}
-	if c := l.pickLocked(connIdle, mine); c != nil {
-		return c
-	}
-	if c := l.pickLocked(connWaiting, mine+1); c != nil {
+	if c := l.pickLocked(mine); c != nil {
 		return c
 	}
 	if !trusted {
@@ -209,25 +219,50 @@ func (l *limitListener) victimLocked(trusted bool, mine int) *limitedConn {
 	return best
 }
 
-// pickLocked marks evicted, and returns, the oldest connection in state of
-// the untrusted source holding the most connections, more than over, that
-// has one in that state (the oldest of them on a tie), or returns nil.
-func (l *limitListener) pickLocked(state int32, over int) *limitedConn {
+// pickLocked marks evicted, and returns, the connection victimLocked
+// picks to give way to a newcomer whose source holds mine, or nil.
+func (l *limitListener) pickLocked(mine int) *limitedConn {
 	for {
 		var best *limitedConn
-		bestN := over
+		var bestN int
+		var bestState int32
+		better := func(c *limitedConn, n int, state int32) bool {
+			switch {
+			case best == nil || n != bestN:
+				return best == nil || n > bestN
+			case state != bestState:
+				return state == connIdle
+			default:
+				return c.seq < best.seq
+			}
+		}
 		for s, conns := range l.bySource {
-			if l.trusted[s] || len(conns) <= over {
+			n := len(conns)
+			if l.trusted[s] || n <= mine {
 				continue
 			}
-			for _, c := range conns { // oldest first: the first in state
-				if c.state.Load() != state {
-					continue
+			var idle, waiting *limitedConn
+			for _, c := range conns { // oldest first
+				switch c.state.Load() {
+				case connIdle:
+					if idle == nil {
+						idle = c
+					}
+				case connWaiting:
+					if waiting == nil {
+						waiting = c
+					}
 				}
-				if n := len(conns); n > bestN || (n == bestN && c.seq < best.seq) {
-					best, bestN = c, n
+			}
+			switch {
+			case idle != nil:
+				if better(idle, n, connIdle) {
+					best, bestN, bestState = idle, n, connIdle
 				}
-				break
+			case waiting != nil && n > mine+1:
+				if better(waiting, n, connWaiting) {
+					best, bestN, bestState = waiting, n, connWaiting
+				}
 			}
 		}
 		if best == nil {
@@ -235,7 +270,7 @@ func (l *limitListener) pickLocked(state int32, over int) *limitedConn {
 		}
 		// Its state may have changed since (a request reached a handler,
 		// a body was all read, a write returned): then look again.
-		if best.state.CompareAndSwap(state, connEvicted) {
+		if best.state.CompareAndSwap(bestState, connEvicted) {
 			return best
 		}
 	}
@@ -318,7 +353,10 @@ func (c *limitedConn) Close() error {
 		// fourth review, C1). A caller that reads its answers has taken
 		// them by the close: net/http closes half a second after its
 		// last write, and the idle timeout long after.
-		if unsent(c.Conn) > 0 {
+		// Not while the server shuts down: then the callers are ones it
+		// served, whose answers are still on their way, and the process
+		// ends anyway (fifth review, m1).
+		if !c.l.draining.Load() && unsent(c.Conn) > 0 {
 			metrics.RecordListenerUnread(c.l.endpoint)
 			resetConn(c.Conn)
 		}

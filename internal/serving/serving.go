@@ -202,6 +202,7 @@ func Listen(ctx context.Context, name, addr string, h http.Handler, tlsConfig *t
 		}
 	}()
 	return bound, func() {
+		limited.draining.Store(true)
 		shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = srv.Shutdown(shutdownCtx)
