@@ -70,6 +70,24 @@ func waitState(t *testing.T, l *limitListener, state int32, n int) {
 	}
 }
 
+// expectAnswered reads one answer on each of clients, and fails the test
+// for any that is not a 200.
+func expectAnswered(t *testing.T, what string, clients []*client) {
+	t.Helper()
+	for i, c := range clients {
+		_ = c.conn.SetDeadline(time.Now().Add(hangBound))
+		resp, err := http.ReadResponse(c.r, nil)
+		if err != nil {
+			t.Errorf("%s %d: %v, want its answer", what, i+1, err)
+			continue
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("%s %d: %d", what, i+1, resp.StatusCode)
+		}
+	}
+}
+
 // withBodyGrace replaces BodyGrace, so that a test's bodies wait for as
 // long as the test needs them to.
 func withBodyGrace(d time.Duration) Option {
@@ -149,18 +167,7 @@ func TestInFlightRequestsAreNotEvicted(t *testing.T) {
 		t.Errorf("a new source, every connection in flight: answered %d, want closed", code)
 	}
 	close(release)
-	for i, c := range held {
-		_ = c.conn.SetDeadline(time.Now().Add(hangBound))
-		resp, err := http.ReadResponse(c.r, nil)
-		if err != nil {
-			t.Errorf("held request %d: %v, want its answer", i+1, err)
-			continue
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			t.Errorf("held request %d: %d", i+1, resp.StatusCode)
-		}
-	}
+	expectAnswered(t, "held request", held)
 	got := listenerCounts(t, endpoint)
 	for name, want := range map[string]float64{
 		`bar_controller_listener_connections_refused_total{reason="evicted"}`: 0,
@@ -272,18 +279,7 @@ func TestBodyWaitsGiveWay(t *testing.T) {
 			t.Errorf("a newcomer's answer: %v", err)
 		}
 	}
-	for i, c := range append([]*client{waiting[2]}, held...) {
-		_ = c.conn.SetDeadline(time.Now().Add(hangBound))
-		resp, err := http.ReadResponse(c.r, nil)
-		if err != nil {
-			t.Errorf("connection %d that stayed: %v, want its answer", i+1, err)
-			continue
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			t.Errorf("connection %d that stayed: %d", i+1, resp.StatusCode)
-		}
-	}
+	expectAnswered(t, "connection that stayed", append([]*client{waiting[2]}, held...))
 	got := listenerCounts(t, endpoint)
 	for name, want := range map[string]float64{
 		`bar_controller_listener_connections_refused_total{reason="evicted"}`: 2,
