@@ -17,11 +17,14 @@ limitations under the License.
 package charts
 
 import (
+	"flag"
 	"slices"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/barcontroller/bar-controller/internal/conversion"
 )
 
 // valueCase is one value of the chart README's table: values that set it
@@ -222,6 +225,24 @@ var valueCases = []valueCase{
 				t.Errorf("ephemeral-storage request %s and limit %s, want 64Mi and 256Mi", req.String(), lim.String())
 			}
 		}, "resources: {limits: {ephemeral-storage: lots}}", "/resources/limits/ephemeral-storage"},
+	{"webhook.apiServerCIDRs", "webhook: {apiServerCIDRs: [10.0.0.11/32, \"fd00::11/128\"]}",
+		func(t *testing.T, r rendered) {
+			const want = "--conversion-webhook-api-server-cidrs=10.0.0.11/32,fd00::11/128"
+			args := container(r).Args
+			if !slices.Contains(args, want) {
+				t.Fatalf("args %v, want %s", args, want)
+			}
+			// The binary itself must take what the chart renders.
+			var o conversion.Options
+			fs := flag.NewFlagSet("bar-controller", flag.ContinueOnError)
+			o.AddFlags(fs)
+			if err := fs.Parse([]string{want}); err != nil {
+				t.Fatal(err)
+			}
+			if err := o.Complete("bar-controller"); err != nil || len(o.APIServerCIDRs) != 2 {
+				t.Errorf("the binary takes %s as %v, %v; want two CIDRs", want, o.APIServerCIDRs, err)
+			}
+		}, "webhook: {apiServerCIDRs: [10.0.0.0/0]}", "/webhook/apiServerCIDRs/0"},
 }
 
 // asList is v as a list, or nil.

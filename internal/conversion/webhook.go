@@ -104,7 +104,9 @@ func (c *Converter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		result = metrics.ConversionFailure
 		logger.Error(nil, "Conversion failed", "to", review.Request.DesiredAPIVersion, "reason", review.Response.Result.Message)
 	} else {
-		logger.V(4).Info("Converted", "objects", len(review.Request.Objects), "to", review.Request.DesiredAPIVersion)
+		// The source lets an operator find the API server's address for
+		// --conversion-webhook-api-server-cidrs (docs/install.md).
+		logger.V(4).Info("Converted", "objects", len(review.Request.Objects), "to", review.Request.DesiredAPIVersion, "remote", r.RemoteAddr)
 	}
 	objects := len(review.Request.Objects)
 	review.Request = nil // the API server reads only the response
