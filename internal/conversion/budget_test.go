@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -159,4 +160,62 @@ func reviewOfSize(n int) []byte {
 	head := `{"apiVersion":"apiextensions.k8s.io/v1","kind":"ConversionReview",`
 	tail := `"request":{"uid":"big","desiredAPIVersion":"barcontroller.dev/v1","objects":[` + alphaBar + `]}}`
 	return []byte(head + strings.Repeat(" ", n-len(head)-len(tail)) + tail)
+}
+
+// Issue 39, sixth review M1: Pods that each keep one request in flight
+// and send no byte of its body hold 4 KiB each. Counted as whole
+// addresses in an even split of the budget, 27 of them cut every other
+// address's part to the 256 KiB floor, and the API server's reviews over
+// it were refused 429 for as long as they stalled, at no cost in bytes.
+// Counted at what they hold, they leave it a review of 2 MiB. And the
+// split still holds between addresses that do hold their parts: two that
+// hold 3 MiB each leave a third 1 MiB (TestAPIServerRoom).
+func TestAddressesThatHoldNothingTakeNothing(t *testing.T) {
+	w := watchWebhook(t, nil)
+	var stalled []string
+	for i := range 27 {
+		id := fmt.Sprintf("stalled-%d", i)
+		w.send(t, fmt.Sprintf("127.0.5.%d", i+1), id, maxRequestBytes, 0)
+		stalled = append(stalled, id)
+	}
+	for _, id := range stalled {
+		if s := w.await(t, id, "in the Converter or refused", func(s requestState) bool { return s.entered || s.answered != 0 }); !s.entered {
+			t.Fatalf("%s, stalled: answered %d, want admitted", id, s.answered)
+		}
+	}
+	code, err := w.post("api-server", reviewOfSize(2<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code != http.StatusOK {
+		t.Errorf("the API server's review of 2 MiB while 27 addresses stall a request each: %d, want 200", code)
+	}
+}
+
+// An address's part is its max-min fair part of budget - newcomerRoom:
+// the others are counted at what they hold, up to the level they all
+// reach.
+func TestShareIsMaxMinFair(t *testing.T) {
+	const budget, room = budgetBytes, budgetBytes - newcomerRoom
+	repeat := func(n int, v int64) []int64 { return slices.Repeat([]int64{v}, n) }
+	for _, tc := range []struct {
+		name   string
+		others []int64
+		want   int64
+	}{
+		{"alone", nil, addressShare},
+		{"27 that hold a first piece each", repeat(27, minReservation), addressShare},
+		{"two that hold 3.5 MiB each", repeat(2, room/2), room / 3},
+		{"one that holds 1 MiB, one 5 MiB", []int64{1 << 20, 5 << 20}, (room - 1<<20) / 2},
+		{"one 4 MiB and 27 first pieces", append(repeat(27, minReservation), addressShare), (room - 27*minReservation) / 2},
+		{"32 at the floor", repeat(32, fairFloor), fairFloor},
+	} {
+		b := newBudget(budget, addressShare, nil)
+		for i, n := range tc.others {
+			b.byAddress[fmt.Sprintf("10.0.0.%d", i+1)] = n
+		}
+		if got := b.shareLocked("10.0.1.1"); got != tc.want {
+			t.Errorf("%s: a newcomer's part %d, want %d", tc.name, got, tc.want)
+		}
+	}
 }

@@ -22,6 +22,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -48,10 +49,11 @@ import (
 // it (serving.BodyGrace), and to hold n bytes a caller must send them and
 // keep sending at serving.MinBodyRate. The share bounds what one address
 // holds that way, and it shrinks as more addresses are in flight: alone,
-// one review of the largest size; with m addresses holding some of the
-// budget (itself among them), (budget - newcomerRoom)/m, but never less
-// than fairFloor. So addresses that send as much as they may, at any
-// rate, leave newcomerRoom to one more, the API server: before, one
+// one review of the largest size; with others in flight, its max-min fair
+// part of budget - newcomerRoom given what they hold (shareLocked), but
+// never less than fairFloor. So addresses that send as much as they may,
+// at any rate, leave newcomerRoom to one more, the API server, and those
+// that hold next to nothing take next to nothing from it: before, one
 // address could hold half the budget however many were in flight, and
 // four sending 4 MiB bodies at 1.5 MiB/s, again and again, got 171 of 175
 // of the API server's reviews refused (issue 39, M1). An address counts
@@ -176,20 +178,42 @@ func (b *budget) reserve(addr string, n int64) bool {
 	return true
 }
 
-// shareLocked is the most addr may hold now: perAddress while it is the
-// only address in flight, and (budget - newcomerRoom)/m with m in flight,
-// itself among them, but no less than fairFloor: so the m leave room to
-// one more. Addresses count whether the API server's or not: the API
-// server's being in flight leaves the others less, never more.
+// shareLocked is the most addr may hold now: its max-min fair part of the
+// budget less newcomerRoom, given what the other addresses in flight hold,
+// but no more than perAddress and no less than fairFloor. The level L is
+// the largest with sum(min(held, L)) over the others, plus L, within
+// budget - newcomerRoom: an address that holds more than L is counted at
+// L, one that holds less at what it holds. So m addresses that hold as
+// much as they may leave newcomerRoom to one more, as an even split
+// (budget - newcomerRoom)/m would; but an address that holds next to
+// nothing takes next to nothing from the others' parts. Counted as a
+// whole address each, 27 Pods that kept one request in flight with no
+// body byte sent held 108 KiB between them and cut the API server's part
+// to 256 KiB, so that every review over it was refused (issue 39, sixth
+// review M1). Addresses count whether the API server's or not: the API
+// server's holding leaves the others less, never more.
 func (b *budget) shareLocked(addr string) int64 {
-	m := int64(len(b.byAddress))
-	if _, in := b.byAddress[addr]; !in {
-		m++
+	held := make([]int64, 0, len(b.byAddress))
+	for a, n := range b.byAddress {
+		if a != addr {
+			held = append(held, n)
+		}
 	}
-	if m <= 1 {
-		return b.perAddress
+	slices.Sort(held)
+	// Fill from the smallest holder up: while the next one holds less
+	// than an even split of what is left among it, the larger ones and
+	// addr, it is counted at what it holds.
+	left := b.total - newcomerRoom
+	level := left
+	for i, n := range held {
+		if even := left / int64(len(held)-i+1); n >= even {
+			level = even
+			break
+		}
+		left -= n
+		level = left
 	}
-	return min(b.perAddress, max(fairFloor, (b.total-newcomerRoom)/m))
+	return min(b.perAddress, max(fairFloor, level))
 }
 
 func (b *budget) release(addr string, n int64) {
