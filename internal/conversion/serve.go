@@ -125,14 +125,14 @@ func handler(c http.Handler, apiServer []netip.Prefix) http.Handler {
 // connLimits bound the webhook's connections. The API server holds one
 // per conversion call in flight (HTTP/1.1) and keeps some open between
 // calls; a call takes milliseconds, so 64 at once from one address is
-// more than it needs, and one refused at accept is reset before its
-// request is written, which the API server's transport dials again. 256
-// in all hold about 15 MiB of heap at most over TLS (internal/serving's
+// more than it needs. One refused at accept fails the call that dialled
+// it: Go's transport retries no POST on a new connection. 256 in all hold
+// about 15 MiB of heap at most over TLS (internal/serving's
 // TestConnectionMemory: about 60 KiB each with a header just under the
 // limit) and 32 MiB of kernel buffers (serving's socketBuffer), and take
-// four addresses at their share to fill; then one waiting on its caller
-// gives way to an address holding fewer (serving.ConnLimits), so only
-// about 256 addresses of one connection each can keep the API server out.
+// four addresses at their share to fill; then the connection whose caller
+// moved least gives way (serving.ConnLimits), so only about 256
+// addresses that each trickle one body can keep the API server out.
 var connLimits = serving.ConnLimits{Total: 256, PerSource: 64}
 
 // listenOptions are the webhook listener's bounds beyond serving's

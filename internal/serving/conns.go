@@ -40,11 +40,12 @@ type ConnLimits struct {
 	PerSource int
 	// Trusted are addresses the operator says only the API server calls
 	// from: none of their connections is refused for PerSource or given
-	// way, and at Total one of them takes another source's idle
-	// connection or, if none is idle, the oldest of the source holding the
-	// most, request in flight or not: its call matters more than theirs.
-	// Without them the API server is a source like any other, which the
-	// fair shares of limitListener protect.
+	// way, and at Total one of them takes the connection of another
+	// source that moved least, idle or waiting on its caller, or, if none
+	// is, the oldest of the source holding the most, request in flight or
+	// not: its call matters more than theirs.
+	// Without them the API server is a source like any other, whose
+	// connections limitListener keeps because they move.
 	Trusted []netip.Prefix
 }
 
@@ -58,44 +59,45 @@ func (l ConnLimits) trusted(src netip.Addr) bool {
 }
 
 // limitListener enforces ConnLimits as it accepts. A connection over
-// PerSource is closed at once. At Total, a new connection closes an idle
-// one and takes its place: the oldest idle one of the source holding the
-// most, if that source holds more than the newcomer's. Idle means no
+// PerSource is closed at once. At Total, a new connection closes one that
+// may give way and takes its place: of those, the one whose caller made
+// progress least recently. A connection may give way while it is idle (no
 // request on it has reached a handler since its last answer: kept alive
-// between requests, or opened with its headers not all arrived (at most
-// ReadHeaderTimeout). Before issue 39's C2, only a source holding more
-// than the newcomer's and one gave way, so Total sources holding one idle
-// keep-alive each refused everyone else, the kubelet's probes included,
-// and every replica's liveness probe failed. Any idle connection giving
-// way, whatever its source held, would let a flood's sources, redialling
-// as they are refused, take the API server's new connection in the
-// milliseconds between its dial and its request. So a source that holds
-// none, as the kubelet's probes, finds every idle connection open to it,
-// and one that holds many only the idle ones of sources holding more.
+// between requests, or opened with its headers not all arrived, at most
+// ReadHeaderTimeout), or while it waits on its caller (its handler waits
+// for the rest of a body, or an answer waits for the caller to read the
+// one before: limitedConn.Write) if its source holds more than the
+// newcomer's and one: a request cut is a request lost, so equals do not
+// take turns cutting each other's. Progress is a byte read from the
+// caller or a write it took (limitedConn.Read and Write), and admission:
+// the order of the last of them, one clock for the listener, not a time.
 //
-// If none is idle, a connection that waits on its caller gives way, but
-// only one of a source holding more than the newcomer's and one: the
-// oldest such of the source holding the most. A connection waits on its
-// caller while its handler waits for the rest of a body, or while an
-// answer waits for the caller to read the one before (limitedConn.Write):
-// those are the only ways to keep a connection busy for long without the
-// replica's help. A body's bytes are the caller's to send, and the
-// listener's pace (BodyGrace, MinBodyRate) lets it take seconds; four
-// Pods of 64 connections each that declared bodies, sent them slowly and
-// redialled as they were cut kept every slot of the webhook busy, and the
-// API server got 5 of 110 reviews answered (issue 39, round-2 review,
-// M1). Answers are the caller's to read, and a caller that pipelines
-// requests and reads none holds the server's write as long as it likes:
-// four Pods of 16 such connections kept the kubelet's probes out (third
-// review, C1). Now a source's waits stay only while it holds no more than
-// the newcomer's source and one, so to refuse the API server or the
-// kubelet (a source holding none, or a few) the sources must hold about
-// one each: Total of them. The API server sends a body whole within
-// milliseconds of its headers and reads its answer as it comes, so its
-// waits are short and, as it holds few connections, never the ones chosen
-// while a larger source holds one that may give way (victimLocked). A
-// review cut so fails: the API server sends a conversion's POST once, and
-// client-go retries a reset only for a GET.
+// Why the least recent progress, and not the source holding the most
+// (issue 39, sixth review, M2): sources are told apart only by address,
+// and the API server, with reviews in flight, is often the largest; a
+// dozen Pods that each held fewer, idle, made it the one to give way, and
+// its reviews waiting for the rest of their bodies were cut while their
+// idle connections stayed (14 % of 3,337 reviews failed), and its new
+// connections were refused, since it could take only from a larger source.
+// What tells its connections from a flood's is that they move: the API
+// server sends a body whole within milliseconds of its headers, reads its
+// answer as it comes, and reuses a connection at once or leaves it idle.
+// A flood's connections hold their places by doing nothing: idle
+// keep-alives (issue 39, C2: Total sources holding one each refused the
+// kubelet's probes), bodies trickled at the listener's pace (round-2
+// review, M1: four Pods of 64 kept every slot, the API server got 5 of
+// 110 reviews answered) or answers left unread (third review, C1). So the
+// connection that has waited longest on its caller gives way. The API
+// server's new connection and the one it was just answered on have the
+// most recent progress, and give way only if every other connection that
+// may has moved since: a Pod that dialled and dropped its connections
+// took those of the API server every time under the rule before the size
+// rule (fifth review, C1: 121 of 213 conversions failed), and takes the
+// connections that moved least now. A cut that costs the API server a
+// review needs every other place that may give way to have moved within
+// the milliseconds its own did, 256 connections' worth of bytes or
+// connects in that time. The API server sends a conversion's POST once,
+// and client-go retries a reset only for a GET, so a review cut so fails.
 //
 // A connection whose request is in a handler that waits on nobody is
 // never closed for another (but for a Trusted one's): that would cut a
@@ -105,9 +107,7 @@ func (l ConnLimits) trusted(src netip.Addr) bool {
 // newcomer's and one, the new one is closed at once.
 //
 // Refused and evicted connections are closed with a reset (SO_LINGER 0):
-// nothing of them lingers in the kernel. A connection refused at accept
-// carries no request yet; Go's transport dials again for a request that
-// was never written.
+// nothing of them lingers in the kernel.
 type limitListener struct {
 	net.Listener
 	endpoint string
@@ -118,6 +118,9 @@ type limitListener struct {
 	bySource map[string][]*limitedConn // oldest first
 	trusted  map[string]bool           // the sources connected now that ConnLimits.Trusted holds
 	seq      uint64                    // connections admitted so far: their order, oldest first
+	// progress orders the connections' progress: each admission, read of
+	// a caller's bytes and write a caller took takes the next value.
+	progress atomic.Uint64
 	// draining is set as the server shuts down (Listen's stop).
 	draining atomic.Bool
 }
@@ -172,6 +175,7 @@ func (l *limitListener) admit(c net.Conn) (admitted, victim *limitedConn, reason
 	}
 	l.seq++
 	admitted = &limitedConn{Conn: c, l: l, source: src, seq: l.seq}
+	admitted.moved()
 	l.bySource[src] = append(l.bySource[src], admitted)
 	l.open++
 	metrics.SetListenerConnections(l.endpoint, l.open)
@@ -179,26 +183,14 @@ func (l *limitListener) admit(c net.Conn) (admitted, victim *limitedConn, reason
 }
 
 // victimLocked picks the connection to close for a new one at Total, and
-// marks it evicted, or returns nil: of the untrusted source holding the
-// most that has one, the oldest idle connection if the source holds more
-// than mine (what the newcomer's source holds), or else the oldest
-// connection waiting on its caller if it holds more than mine+1 (a
-// request cut is a request lost, so only for a source that holds clearly
-// more, and equals do not take turns cutting each other); idle before
-// waiting of sources holding as many, the oldest on a tie. The source's
-// size comes first: a source that holds a connection or two (the API
-// server, reusing its own) gives nothing way while larger ones hold any
-// it may take, whatever their states. Before, an idle connection came
-// first wherever it was, and a Pod that dialled and dropped its
-// connections, holding none at each dial, took the API server's fresh or
-// just-answered connection while four others held every other place
-// waiting for bodies: 121 of 213 conversions failed (issue 39, fifth
-// review, C1). For a trusted newcomer, failing those, the oldest
-// connection of the untrusted source holding the most, whatever its
-// state.
+// marks it evicted, or returns nil: of the untrusted connections that may
+// give way to a newcomer whose source holds mine (limitListener), the one
+// whose caller made progress least recently. For a trusted newcomer,
+// failing those, the oldest connection of the untrusted source holding
+// the most, whatever its state.
 func (l *limitListener) victimLocked(trusted bool, mine int) *limitedConn {
 	if trusted {
-		mine = 0 // any source's connection that may give way, first
+		mine = 0 // any source's waits may give way to it
 	}
 	if c := l.pickLocked(mine); c != nil {
 		return c
@@ -224,44 +216,20 @@ func (l *limitListener) victimLocked(trusted bool, mine int) *limitedConn {
 func (l *limitListener) pickLocked(mine int) *limitedConn {
 	for {
 		var best *limitedConn
-		var bestN int
+		var bestLast uint64
 		var bestState int32
-		better := func(c *limitedConn, n int, state int32) bool {
-			switch {
-			case best == nil || n != bestN:
-				return best == nil || n > bestN
-			case state != bestState:
-				return state == connIdle
-			default:
-				return c.seq < best.seq
-			}
-		}
 		for s, conns := range l.bySource {
-			n := len(conns)
-			if l.trusted[s] || n <= mine {
+			if l.trusted[s] {
 				continue
 			}
-			var idle, waiting *limitedConn
-			for _, c := range conns { // oldest first
-				switch c.state.Load() {
-				case connIdle:
-					if idle == nil {
-						idle = c
-					}
-				case connWaiting:
-					if waiting == nil {
-						waiting = c
-					}
+			mayWait := len(conns) > mine+1
+			for _, c := range conns {
+				state := c.state.Load()
+				if state != connIdle && (state != connWaiting || !mayWait) {
+					continue
 				}
-			}
-			switch {
-			case idle != nil:
-				if better(idle, n, connIdle) {
-					best, bestN, bestState = idle, n, connIdle
-				}
-			case waiting != nil && n > mine+1:
-				if better(waiting, n, connWaiting) {
-					best, bestN, bestState = waiting, n, connWaiting
+				if last := c.last.Load(); best == nil || last < bestLast {
+					best, bestLast, bestState = c, last, state
 				}
 			}
 		}
@@ -314,9 +282,24 @@ type limitedConn struct {
 	// that does not make it busy, and one in a handler that waits on
 	// nobody keeps it from being chosen (victimLocked).
 	state atomic.Int32
+	// last is the listener's progress value at the caller's last
+	// progress on it (moved).
+	last atomic.Uint64
 
 	forgotten bool // guarded by l.mu
 	closeOnce sync.Once
+}
+
+// moved records progress on the connection (limitListener).
+func (c *limitedConn) moved() { c.last.Store(c.l.progress.Add(1)) }
+
+// Read is the connection's read; bytes from the caller are progress.
+func (c *limitedConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 {
+		c.moved()
+	}
+	return n, err
 }
 
 // Write is the connection's write, marked as a wait on the caller while
@@ -325,12 +308,17 @@ type limitedConn struct {
 // not read its answers. Without it, a caller that pipelined requests and
 // read none of the answers held its connection busy, never to give way,
 // for as long as it liked: four Pods of 16 such connections kept the
-// kubelet's probes out of every replica (issue 39, third review, C1).
+// kubelet's probes out of every replica (issue 39, third review, C1). A
+// write the caller took is progress.
 func (c *limitedConn) Write(p []byte) (int, error) {
 	if c.state.CompareAndSwap(connBusy, connWaiting) {
 		defer c.state.CompareAndSwap(connWaiting, connBusy)
 	}
-	return c.Conn.Write(p)
+	n, err := c.Conn.Write(p)
+	if n > 0 {
+		c.moved()
+	}
+	return n, err
 }
 
 func (c *limitedConn) Close() error {

@@ -96,9 +96,8 @@ func listenerCounts(t *testing.T, endpoint string) map[string]float64 {
 }
 
 // On a real listener: past its share a source's connection is refused;
-// when the listener is full, a new connection takes the oldest idle one
-// of the source holding the most (the oldest of them on a tie), if that
-// source holds more than the newcomer's; each closing is counted by
+// when the listener is full, a new connection takes the idle one that
+// moved least, whatever its source holds; each closing is counted by
 // reason, and the connections open are a gauge.
 func TestConnLimits(t *testing.T) {
 	endpoint := "conns-" + strconv.FormatInt(time.Now().UnixNano(), 36)
@@ -129,31 +128,36 @@ func TestConnLimits(t *testing.T) {
 	if code := flood[0].get(); code != 0 {
 		t.Errorf("127.0.0.2's oldest connection answered %d after the eviction, want closed", code)
 	}
-	// 2 and 2, all idle: 127.0.0.3 holds as many as 127.0.0.2, and nobody
-	// gives way to its third. A source holding none takes the oldest idle
-	// of the tie, 127.0.0.2's.
+	// 2 and 2, all idle. An idle connection gives way whatever its
+	// source holds: the one that moved least, 127.0.0.2's older.
 	waitIdle(t, l, 4)
-	if code := dialFrom(t, "127.0.0.3", a).get(); code != 0 {
-		t.Errorf("127.0.0.3's third connection, 2 and 2 idle: answered %d, want closed (it holds no fewer)", code)
-	}
-	if code := dialFrom(t, "127.0.0.4", a).get(); code != http.StatusOK {
-		t.Errorf("127.0.0.4's connection, 2 and 2 idle: %d, want 200 (an eviction)", code)
+	if code := dialFrom(t, "127.0.0.3", a).get(); code != http.StatusOK {
+		t.Errorf("127.0.0.3's third connection, 2 and 2 idle: %d, want 200 (an eviction)", code)
 	}
 	if code := flood[1].get(); code != 0 {
-		t.Errorf("127.0.0.2's oldest connection answered %d after the second eviction, want closed", code)
+		t.Errorf("127.0.0.2's older connection answered %d after the second eviction, want closed", code)
 	}
+	// 127.0.0.2's last moves (a request): now 127.0.0.3's first moved
+	// least, and gives way to a newcomer.
 	if code := flood[2].get(); code != http.StatusOK {
 		t.Errorf("127.0.0.2's last connection: %d, want still open", code)
 	}
-	if code := other.get(); code != http.StatusOK {
-		t.Errorf("127.0.0.3's first connection: %d, want still open", code)
+	waitIdle(t, l, 4)
+	if code := dialFrom(t, "127.0.0.4", a).get(); code != http.StatusOK {
+		t.Errorf("127.0.0.4's connection: %d, want 200 (an eviction)", code)
+	}
+	if code := other.get(); code != 0 {
+		t.Errorf("127.0.0.3's first connection answered %d, want closed: it moved least", code)
+	}
+	if code := flood[2].get(); code != http.StatusOK {
+		t.Errorf("127.0.0.2's last connection: %d, want still open: it moved since", code)
 	}
 
 	got := listenerCounts(t, endpoint)
 	for name, want := range map[string]float64{
 		`bar_controller_listener_connections_refused_total{reason="per_source"}`: 1,
-		`bar_controller_listener_connections_refused_total{reason="evicted"}`:    2,
-		`bar_controller_listener_connections_refused_total{reason="total"}`:      1,
+		`bar_controller_listener_connections_refused_total{reason="evicted"}`:    3,
+		`bar_controller_listener_connections_refused_total{reason="total"}`:      0,
 		`bar_controller_listener_connections{}`:                                  4,
 	} {
 		if got[name] != want {
