@@ -270,7 +270,7 @@ func serveWebhookOnly(ctx context.Context, opts options, cfg *rest.Config, regis
 // only to callers the API server authorizes (internal/apiauth).
 func serveMetrics(ctx context.Context, opts options, cfg *rest.Config, h http.Handler) (func(), error) {
 	if !opts.metricsSecure {
-		return serving.Serve(ctx, "metrics", opts.metricsAddress, h, nil)
+		return serving.Serve(ctx, "metrics", opts.metricsAddress, h, nil, serving.ForMetrics())
 	}
 	client, err := kubernetes.NewForConfig(metricsAuthConfig(cfg, apiauth.DefaultOptions()))
 	if err != nil {
@@ -281,7 +281,7 @@ func serveMetrics(ctx context.Context, opts options, cfg *rest.Config, h http.Ha
 	if err != nil {
 		return nil, err
 	}
-	return serving.Serve(ctx, "metrics", opts.metricsAddress, filter.Wrap(h), tlsConfig)
+	return serving.Serve(ctx, "metrics", opts.metricsAddress, filter.Wrap(h), tlsConfig, serving.ForMetrics())
 }
 
 // metricsAuthConfig is the client configuration of the metrics endpoint's

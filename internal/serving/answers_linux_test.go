@@ -226,3 +226,33 @@ func TestClosedWithUnreadAnswerIsReset(t *testing.T) {
 		t.Errorf("unread resets: %v, want 1", got)
 	}
 }
+
+// Issue 39, sixth review, m1: the metrics endpoint had no write timeout,
+// so a connection whose caller read none of its answers held its place
+// for as long as the caller stayed. With one, the write ends and the
+// connection closes: here with the timeout shortened, since the metrics
+// endpoint's own (ForMetrics: a minute) is the same net/http deadline.
+func TestUnreadAnswersEndWithTheWriteTimeout(t *testing.T) {
+	var s settings
+	s.srv = &http.Server{}
+	ForMetrics()(&s)
+	if s.srv.WriteTimeout != MetricsWriteTimeout {
+		t.Errorf("ForMetrics: WriteTimeout %v, want %v", s.srv.WriteTimeout, MetricsWriteTimeout)
+	}
+
+	endpoint := "writeend-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	_, l := listen(t, endpoint, unreadAnswers, ConnLimits{Total: 4, PerSource: 4}, WithWriteTimeout(200*time.Millisecond))
+	dialSmall(t, "127.0.0.2", l.Addr().String())
+	waitState(t, l, connWaiting, 1)
+	for deadline := time.Now().Add(hangBound); ; time.Sleep(10 * time.Millisecond) {
+		l.mu.Lock()
+		open := l.open
+		l.mu.Unlock()
+		if open == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a connection whose caller reads no answer is still open %v after its write timeout", hangBound)
+		}
+	}
+}

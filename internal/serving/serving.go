@@ -56,9 +56,8 @@ func Serve(ctx context.Context, name, addr string, h http.Handler, tlsConfig *tl
 // the connection limits for 90 s before (issue 39, C2); at Total an idle
 // one gives way anyway (ConnLimits). The webhook, which the API server
 // calls in bursts, keeps its own (internal/conversion). There is no
-// default WriteTimeout: a CPU profile (/debug/pprof/profile) writes its
-// answer only after the seconds it was asked to sample; endpoints whose
-// answers are quick set one (WithWriteTimeout).
+// default WriteTimeout: every endpoint sets its own (ForProbes,
+// ForMetrics, the webhook's in internal/conversion).
 //
 // ReadHeaderTimeout is short because every caller sends its headers in one
 // write: the API server, the kubelet and Prometheus, a few hundred bytes
@@ -144,6 +143,19 @@ func ForProbes() Option {
 		s.srv.WriteTimeout = probeWriteTimeout
 	}
 }
+
+// ForMetrics is the metrics endpoint's: answers written within
+// MetricsWriteTimeout. A caller that pipelined requests and read none of
+// the answers held its connection for as long as it liked, one of the
+// places 64 addresses need to keep Prometheus out (issue 39, sixth
+// review, m1); now it must come back every minute.
+func ForMetrics() Option { return WithWriteTimeout(MetricsWriteTimeout) }
+
+// MetricsWriteTimeout: a scrape's answer is written in milliseconds, and
+// a CPU profile's (--profiling) after the seconds it samples: net/http's
+// pprof refuses a profile of MetricsWriteTimeout or more, so up to 59 s,
+// and 30 s is its default.
+const MetricsWriteTimeout = time.Minute
 
 // probeWriteTimeout: a probe's answer is a few bytes, written in
 // microseconds; 5 s is the kubelet's own default probe timeout's several
