@@ -78,6 +78,9 @@ type config struct {
 	// cosign signs the release with cosignKey, when one is given
 	// (sign.go).
 	cosign, cosignKey string
+	// unsigned lets a release be pushed to registry without cosignKey,
+	// said on purpose (a test registry).
+	unsigned bool
 	// platforms are GOOS/GOARCH pairs, in the order the index lists them.
 	platforms []string
 }
@@ -114,6 +117,7 @@ func main() {
 	flag.StringVar(&cfg.kubectl, "kubectl", "kubectl", "the kubectl that renders the manifests (kubectl kustomize)")
 	flag.StringVar(&cfg.cosign, "cosign", "cosign", "the cosign that signs the release (with --cosign-key)")
 	flag.StringVar(&cfg.cosignKey, "cosign-key", "", "sign the release with this cosign key reference (a key file, env://VAR, a KMS URI; its password in $COSIGN_PASSWORD): the index, the SBOM and provenance attestations in --registry, the chart and SHA256SUMS")
+	flag.BoolVar(&cfg.unsigned, "unsigned", false, "push to --registry without --cosign-key: the version is published, tagged, with nothing to verify it by but SHA256SUMS (a test registry)")
 	flag.StringVar(&platforms, "platforms", "linux/amd64,linux/arm64", "the platforms to build, in the order the index lists them")
 	flag.Parse()
 	cfg.platforms = strings.Split(platforms, ",")
@@ -157,6 +161,12 @@ func (c *config) validate() error {
 	}
 	if c.cosignKey != "" && c.registry == "" {
 		return errors.New("--cosign-key needs --registry: the signature is stored in the registry, beside the image")
+	}
+	// A missing key (a CI secret not passed on) would otherwise publish
+	// and tag the version unsigned, and its notes would offer nothing to
+	// verify it by but SHA256SUMS (issue 39, sixth review, m3).
+	if c.registry != "" && c.cosignKey == "" && !c.unsigned {
+		return errors.New("--registry without --cosign-key would publish the version unsigned: give a key, or --unsigned to mean it")
 	}
 	if c.repo == "" {
 		c.repo = c.registry

@@ -245,7 +245,9 @@ func TestValidate(t *testing.T) {
 		wantRepo string
 	}{
 		{config{version: "v1.2.3", out: fresh, platforms: []string{"linux/amd64"}}, "", "bar-controller"},
-		{config{version: "v1.2.3-rc.1", out: fresh, platforms: []string{"linux/amd64"}, registry: "r.example/bar"}, "", "r.example/bar"},
+		{config{version: "v1.2.3-rc.1", out: fresh, platforms: []string{"linux/amd64"}, registry: "r.example/bar", cosignKey: "cosign.key"}, "", "r.example/bar"},
+		{config{version: "v1.2.3", out: fresh, platforms: []string{"linux/amd64"}, registry: "r.example/bar"}, "publish the version unsigned", ""},
+		{config{version: "v1.2.3", out: fresh, platforms: []string{"linux/amd64"}, registry: "r.example/bar", unsigned: true}, "", "r.example/bar"},
 		{config{version: "1.2.3", out: fresh, platforms: []string{"linux/amd64"}}, "not vX.Y.Z", ""},
 		{config{version: "v1.2.3+meta", out: fresh, platforms: []string{"linux/amd64"}}, "not vX.Y.Z", ""},
 		{config{version: "v1.2.3", out: fresh, platforms: []string{"darwin/arm64"}}, "Linux binary only", ""},
