@@ -13,8 +13,9 @@ SHELL := /bin/bash
 
 # hack/install-k8s-binaries.sh builds etcd, kube-apiserver,
 # kube-controller-manager, kube-scheduler, kubectl, kubelet and kwok from source once
-# (a few minutes), caches them under bin/k8s-<version>/, and prints that
-# directory; later runs only print it.
+# (many minutes; hack/install-tools.sh, one go build for every missing tool),
+# caches them under bin/k8s-<version>/, and prints that directory; later
+# runs only print it.
 KUBE_BIN_DIR_CMD := hack/install-k8s-binaries.sh | tail -n 1
 
 .PHONY: help
@@ -61,9 +62,10 @@ traces: build ## Rerun the scenarios of docs/informer-traces.md and the exercise
 # What ships is tested with the tools its users run: helm (the chart, its
 # upgrade, the release installed from a registry), cosign (the release's
 # signature) and promtool (every alert). Like the Kubernetes binaries they
-# are built from source once (hack/install-tool.sh) and then required, so
-# that none of those tests can skip. hack/install-test-deps.sh gets them,
-# the Kubernetes binaries and (as root) the node's packages side by side
+# are built from source once (hack/install-tools.sh, all in one go build)
+# and then required, so that none of those tests can skip.
+# hack/install-test-deps.sh builds them with the Kubernetes binaries and
+# installs (as root) the node's packages beside that build,
 # and prints the environment below; an export of a failed command
 # substitution would not stop the recipe, hence the variable first.
 test: ## Run all tests (unit, real control plane, real node, chart, alerts, release; with -race); builds the control plane, kubelet, helm, cosign and promtool on first use.
@@ -215,7 +217,7 @@ release: ## Build release VERSION=vX.Y.Z of HEAD, no Docker: the image index for
 	  --kubectl="$$kube_bin_dir/kubectl" --cosign="$$cosign" --cosign-key="$(COSIGN_KEY)" $(if $(UNSIGNED),--unsigned)
 
 # The chart's tests need helm, which no other target does: it is built
-# from source once (hack/install-tool.sh helm, version in hack/tools/helm/go.mod)
+# from source once (hack/install-tool.sh helm, version in hack/k8s-versions.env)
 # into bin/helm-<version>/, as the Kubernetes binaries are.
 .PHONY: test-chart
 test-chart: ## Build helm from source once, then test charts/bar-controller (make test does too): the same objects as kubectl kustomize of artifacts/ and artifacts/namespaced, helm lint --strict, the values schema refusing bad values, helm upgrade from the previous chart on a real API server.
@@ -224,7 +226,7 @@ test-chart: ## Build helm from source once, then test charts/bar-controller (mak
 
 # The alerts' tests need promtool, which no other target does: it is built
 # from source once (hack/install-tool.sh promtool, version in
-# hack/tools/promtool/go.mod) into bin/promtool-<version>/, as helm is.
+# hack/k8s-versions.env) into bin/promtool-<version>/, as helm is.
 # make test builds it too and runs them with the rest of test/monitoring.
 .PHONY: test-monitoring
 test-monitoring: ## Build promtool from source once, then test artifacts/monitoring: promtool check rules and test rules (every alert fires and stays silent), a runbook section per alert, every metric the alerts and the dashboard query exported by the controller.

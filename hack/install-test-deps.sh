@@ -1,13 +1,12 @@
 #!/usr/bin/env bash
-# Gets everything make test needs, side by side: the Kubernetes components
-# (hack/install-k8s-binaries.sh), helm, cosign and promtool
-# (hack/install-tool.sh) and, as root, the real node's packages
-# (hack/install-node-deps.sh). On a fresh machine each is minutes of
-# downloading modules or Debian packages and compiling; one after the other,
-# every download left both cores idle and every link step one of them
-# (docs/measurements.md, "A first CI under an hour"). Side by side the
-# compilers fill each other's gaps; the Go build cache is shared safely
-# between go commands.
+# Gets everything make test needs, side by side: the tools built from source
+# (the Kubernetes components, kubelet and kwok, helm, cosign and promtool, in
+# one go build by hack/install-tools.sh) and, as root, the real node's
+# packages (hack/install-node-deps.sh). On a fresh machine each is minutes,
+# and the node's downloads overlap the compile (docs/measurements.md, "A
+# first CI under an hour"). The tools used to be four go builds side by side;
+# one build compiles what they share once and keeps both cores busy on its
+# own (hack/tools/README.md).
 #
 # Prints, on stdout, the environment make test exports (KEY=value lines,
 # values without spaces); each job's progress goes to stderr with its name
@@ -38,10 +37,7 @@ run() {
 }
 
 start=${SECONDS}
-run k8s "${ROOT}/hack/install-k8s-binaries.sh"
-run helm "${ROOT}/hack/install-tool.sh" helm
-run cosign "${ROOT}/hack/install-tool.sh" cosign
-run promtool "${ROOT}/hack/install-tool.sh" promtool
+run tools "${ROOT}/hack/install-tools.sh"
 if [[ $(id -u) -eq 0 ]]; then
   run node "${ROOT}/hack/install-node-deps.sh"
 fi
@@ -58,8 +54,10 @@ if ((${#failed[@]} > 0)); then
 fi
 echo "install-test-deps: all done in $((SECONDS - start))s" >&2
 
-echo "KUBE_BIN_DIR=$(tail -n 1 "${out}/k8s")"
-echo "HELM=$(tail -n 1 "${out}/helm")/helm"
-echo "COSIGN=$(tail -n 1 "${out}/cosign")/cosign"
-echo "PROMTOOL=$(tail -n 1 "${out}/promtool")/promtool"
+# install-tools.sh printed "<tool> <path>" for each of them.
+path_of() { awk -v t="$1" '$1 == t { print $2 }' "${out}/tools"; }
+echo "KUBE_BIN_DIR=$(dirname "$(path_of kube-apiserver)")"
+echo "HELM=$(path_of helm)"
+echo "COSIGN=$(path_of cosign)"
+echo "PROMTOOL=$(path_of promtool)"
 if [[ -f "${out}/node.rc" ]]; then echo "BAR_REQUIRE_NODE=1"; fi

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fails if README.md or docs/*.md cite a file, line or declaration that is
 # not where they say: in this repository, or in a k8s.io module at the
-# version go.mod (or hack/tools/*/go.mod) builds with, or a claim's proof that
+# version go.mod (or hack/tools/go.mod) builds with, or a claim's proof that
 # is no test make test runs, or a proof table's line that is no assertion of
 # the test it names (hack/verify-docs/proof.go), or a proof of the informer
 # guide without a row in docs/informer-proofs.md; it prints how many claims cite a proof and fails below

@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
 )
 
@@ -20,7 +19,7 @@ type module struct {
 	// Unprefixed: a path without a module prefix (`tools/cache/reflector.go`)
 	// is looked up in this module too. Only k8s.io modules the repository
 	// uses itself or requires directly (k8s.io/kubernetes in
-	// hack/tools/k8s) take part: every indirect dependency would make more
+	// hack/tools/go.mod) take part: every indirect dependency would make more
 	// paths ambiguous and cost more downloads.
 	Unprefixed bool
 }
@@ -74,14 +73,14 @@ func isK8sModule(p string) bool {
 }
 
 // knownModules lists the k8s.io and sigs.k8s.io modules of the repository's
-// go.mod, then those of hack/tools/*/go.mod it does not already have (the
-// tools' k8s.io/kubernetes, for one), each at the version of the first
-// go.mod that names it.
+// go.mod, then those of hack/tools/go.mod (the module the test tools are
+// built from) it does not already have (k8s.io/kubernetes, for one), each
+// at the version of the first go.mod that names it.
 func knownModules(root string) ([]module, error) {
 	files := []string{filepath.Join(root, "go.mod")}
-	tools, _ := filepath.Glob(filepath.Join(root, "hack", "tools", "*", "go.mod"))
-	sort.Strings(tools)
-	files = append(files, tools...)
+	if tools := filepath.Join(root, "hack", "tools", "go.mod"); isFile(tools) {
+		files = append(files, tools)
+	}
 	var mods []module
 	seen := map[string]bool{}
 	for i, f := range files {
@@ -154,7 +153,7 @@ func (r *resolver) resolve(p string) (file, where string, err error) {
 			}
 		}
 		if best == nil {
-			return "", "", fmt.Errorf("no module of go.mod (or hack/tools/*/go.mod) holds this path")
+			return "", "", fmt.Errorf("no module of go.mod (or hack/tools/go.mod) holds this path")
 		}
 		d, err := r.dir(*best)
 		if err != nil {

@@ -36,14 +36,13 @@ var kwokStages = []string{
 }
 
 // KwokStages returns the paths of those Stage files in the module cache,
-// at the version pinned by the kwok wrapper module at
-// repoRoot/hack/tools/kwok (the one hack/install-k8s-binaries.sh builds kwok
-// from). It asks "go mod download" rather than "go list -m": the binary may
+// at the version pinned by the tools module at repoRoot/hack/tools (the one
+// hack/install-tools.sh builds kwok from). It asks "go mod download" rather than "go list -m": the binary may
 // have been built with another module cache, and go list only reports where
 // a module already is, printing nothing when it is not there.
 func KwokStages(repoRoot string) ([]string, error) {
 	cmd := exec.Command("go", "mod", "download", "-json", "sigs.k8s.io/kwok")
-	cmd.Dir = filepath.Join(repoRoot, "hack", "tools", "kwok")
+	cmd.Dir = filepath.Join(repoRoot, "hack", "tools")
 	out, err := cmd.Output()
 	if err != nil {
 		var stderr []byte

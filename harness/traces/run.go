@@ -54,7 +54,7 @@ type Options struct {
 	BinDir string
 	// Controller is the bar-controller binary to run.
 	Controller string
-	// Root is the repository root (artifacts/, hack/tools/kwok).
+	// Root is the repository root (artifacts/, hack/tools).
 	Root string
 	// Dir receives the control plane's data and every log; it must exist.
 	Dir string
