@@ -47,10 +47,9 @@ limitations under the License.
 // next and, for a grace period, the superseded ones; expired CAs go at
 // once.
 //
-// The certificates come from client-go's util/cert: a serving certificate
-// signed by a CA made for it alone (GenerateSelfSignedCertKeyWithOptions
-// returns both, the CA's key is never kept), parsed with util/cert and
-// util/keyutil.
+// The certificates are a serving certificate signed by a CA made for it
+// alone, both ECDSA P-256 (generate returns both; the CA's key is never
+// kept), parsed with client-go's util/cert and util/keyutil.
 package webhookcert
 
 import (
