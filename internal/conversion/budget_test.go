@@ -192,10 +192,10 @@ func TestAddressesThatHoldNothingTakeNothing(t *testing.T) {
 	}
 }
 
-// An address's part is its max-min fair part of budget - newcomerRoom:
-// the others are counted at what they hold, up to the level they all
-// reach.
-func TestShareIsMaxMinFair(t *testing.T) {
+// An address's part: an even split of budget - newcomerRoom between it
+// and the others that hold more than fairFloor, after what the others
+// that hold less take; perAddress at most, fairFloor at least.
+func TestShare(t *testing.T) {
 	const budget, room = budgetBytes, budgetBytes - newcomerRoom
 	repeat := func(n int, v int64) []int64 { return slices.Repeat([]int64{v}, n) }
 	for _, tc := range []struct {
@@ -206,9 +206,11 @@ func TestShareIsMaxMinFair(t *testing.T) {
 		{"alone", nil, addressShare},
 		{"27 that hold a first piece each", repeat(27, minReservation), addressShare},
 		{"two that hold 3.5 MiB each", repeat(2, room/2), room / 3},
-		{"one that holds 1 MiB, one 5 MiB", []int64{1 << 20, 5 << 20}, (room - 1<<20) / 2},
+		{"one that holds 1 MiB, one 5 MiB", []int64{1 << 20, 5 << 20}, room / 3},
 		{"one 4 MiB and 27 first pieces", append(repeat(27, minReservation), addressShare), (room - 27*minReservation) / 2},
+		{"20 at the floor", repeat(20, fairFloor), room - 20*fairFloor},
 		{"32 at the floor", repeat(32, fairFloor), fairFloor},
+		{"32 just over it", repeat(32, fairFloor+1), fairFloor},
 	} {
 		b := newBudget(budget, addressShare, nil)
 		for i, n := range tc.others {
