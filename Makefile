@@ -201,7 +201,8 @@ image: ## Build the container image (needs a Docker engine).
 # (hack/install-tool.sh cosign): the index in REGISTRY, the SBOMs and the
 # SLSA provenance as attestations there, the chart and SHA256SUMS beside
 # them; RELEASE_NOTES.md gives the command that verifies each. A push to
-# REGISTRY needs COSIGN_KEY, or UNSIGNED=1 to publish unsigned on purpose.
+# REGISTRY needs COSIGN_KEY, or UNSIGNED=1 (exactly 1: 0, false or a
+# value inherited from elsewhere do not) to publish unsigned on purpose.
 REGISTRY ?=
 REPO ?=
 COSIGN_KEY ?=
@@ -214,7 +215,7 @@ release: ## Build release VERSION=vX.Y.Z of HEAD, no Docker: the image index for
 	kube_bin_dir="$$(hack/install-k8s-binaries.sh kubectl | tail -n 1)" && cosign=cosign && \
 	if [[ -n "$(COSIGN_KEY)" ]]; then cosign="$$(hack/install-tool.sh cosign)/cosign"; fi && \
 	go run ./hack/release --version=$(VERSION) --registry=$(REGISTRY) --repo=$(REPO) --out=$(RELEASE_DIR) \
-	  --kubectl="$$kube_bin_dir/kubectl" --cosign="$$cosign" --cosign-key="$(COSIGN_KEY)" $(if $(UNSIGNED),--unsigned)
+	  --kubectl="$$kube_bin_dir/kubectl" --cosign="$$cosign" --cosign-key="$(COSIGN_KEY)" $(if $(filter 1,$(UNSIGNED)),--unsigned)
 
 # The chart's tests need helm, which no other target does: it is built
 # from source once (hack/install-tool.sh helm, version in hack/k8s-versions.env)

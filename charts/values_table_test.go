@@ -242,7 +242,7 @@ var valueCases = []valueCase{
 			if err := o.Complete("bar-controller"); err != nil || len(o.APIServerCIDRs) != 2 {
 				t.Errorf("the binary takes %s as %v, %v; want two CIDRs", want, o.APIServerCIDRs, err)
 			}
-		}, "webhook: {apiServerCIDRs: [10.0.0.0/0]}", "/webhook/apiServerCIDRs/0"},
+		}, "webhook: {apiServerCIDRs: [10.0.0.11/32, 128.0.0.0/1]}", "/webhook/apiServerCIDRs/1"},
 }
 
 // asList is v as a list, or nil.

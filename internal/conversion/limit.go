@@ -164,7 +164,19 @@ func (b *budget) reserve(addr string, n int64) bool {
 		return false
 	}
 	if !apiServer {
-		if b.byAddress[addr]+n > b.shareLocked(addr) {
+		// While the budget keeps newcomerRoom free, an address may grow to
+		// perAddress whatever the split: the split decides only who may
+		// take the room a newcomer needs. Before, addresses that held just
+		// over fairFloor each counted as a full part of the split: 13 Pods
+		// holding 260 KiB got the API server's review of 600 KiB refused
+		// with 4.7 MiB of the budget free (issue 39, seventh review, M2).
+		// To refuse the API server a review now, the others must hold all
+		// but newcomerRoom of the budget, and keep holding it: sending (or
+		// taking an answer of) n bytes again every serving.BodyGrace +
+		// n/serving.MinBodyRate.
+		mine := b.byAddress[addr] + n
+		roomy := b.reserved+n <= b.total-newcomerRoom && mine <= b.perAddress
+		if !roomy && mine > b.shareLocked(addr) {
 			return false
 		}
 		if len(b.apiServer) > 0 && b.others+n > b.total-apiServerRoom {

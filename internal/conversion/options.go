@@ -114,8 +114,11 @@ func (o *Options) Complete(namespace string) error {
 		if err != nil {
 			return fmt.Errorf("--conversion-webhook-api-server-cidrs: %w", err)
 		}
-		if p.Bits() == 0 {
-			return fmt.Errorf("--conversion-webhook-api-server-cidrs: %s would trust every address, and bound none", c)
+		// Wider than /8 (IPv4) or /32 (IPv6) is no control plane's range,
+		// and two halves (0.0.0.0/1,128.0.0.0/1) trust every address as
+		// /0 would (issue 39, seventh review, m4).
+		if widest := map[bool]int{true: 8, false: 32}[p.Addr().Is4()]; p.Bits() < widest {
+			return fmt.Errorf("--conversion-webhook-api-server-cidrs: %s is wider than /%d: it would trust addresses the API server does not call from, and bound none of them", c, widest)
 		}
 		o.APIServerCIDRs = append(o.APIServerCIDRs, p.Masked())
 	}

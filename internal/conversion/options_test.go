@@ -100,15 +100,19 @@ func TestOptions(t *testing.T) {
 }
 
 // --conversion-webhook-api-server-cidrs: CIDRs, masked, spaces and empty
-// items ignored; a single address needs its /32 or /128; a prefix of
-// every address is refused, as it would bound no caller.
+// items ignored; a single address needs its /32 or /128; a prefix wider
+// than /8 (IPv4) or /32 (IPv6) is refused, as it would trust callers that
+// are not the API server (two halves trust every address).
 func TestAPIServerCIDRs(t *testing.T) {
 	for _, tc := range []struct{ value, want, wantErr string }{
 		{value: "", want: ""},
 		{value: "10.0.0.5/32, 192.168.7.9/24 ,,fd00::1/64", want: "10.0.0.5/32,192.168.7.0/24,fd00::/64"},
 		{value: "10.0.0.5", wantErr: "no '/'"},
-		{value: "0.0.0.0/0", wantErr: "would trust every address"},
-		{value: "::/0", wantErr: "would trust every address"},
+		{value: "0.0.0.0/0", wantErr: "wider than /8"},
+		{value: "::/0", wantErr: "wider than /32"},
+		{value: "0.0.0.0/1,128.0.0.0/1", wantErr: "wider than /8"},
+		{value: "10.0.0.0/8,fd00::/32", want: "10.0.0.0/8,fd00::/32"},
+		{value: "fd00::/31", wantErr: "wider than /32"},
 	} {
 		var o Options
 		fs := flag.NewFlagSet("test", flag.ContinueOnError)
