@@ -28,7 +28,6 @@ limitations under the License.
 package conversion
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -92,10 +91,9 @@ func (c *Converter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("reading the request: %v", err), http.StatusBadRequest)
 		return
 	}
-	var review apiextensionsv1.ConversionReview
-	err = json.Unmarshal(body, &review)
+	review, err := decodeReview(body)
 	body = nil // the review holds its own copies; the collector may take these bytes
-	if err != nil || review.Request == nil {
+	if err != nil {
 		metrics.RecordConversion(metrics.ConversionInvalid, 0, time.Since(start))
 		http.Error(w, fmt.Sprintf("not a ConversionReview: %v", err), http.StatusBadRequest)
 		return
@@ -112,10 +110,17 @@ func (c *Converter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	objects := len(review.Request.Objects)
 	review.Request = nil // the API server reads only the response
-	answer, err := json.Marshal(&review)
+	answer, err := encodeJSON(review)
 	if err != nil {
 		logger.Error(err, "Encoding the ConversionReview response")
 		http.Error(w, "encoding the response failed", http.StatusInternalServerError)
+		return
+	}
+	// The answer is memory the body's part of the budget did not count
+	// when it is larger: its part grows to it, or it is refused.
+	if c := claimOf(r); c != nil && !c.growTo(int64(len(answer))) {
+		metrics.RecordConversion(metrics.ConversionBusy, objects, time.Since(start))
+		refuseBusy(w)
 		return
 	}
 	// The answer is held, and the request's part of the budget with it,
@@ -146,11 +151,9 @@ func (c *Converter) Convert(req *apiextensionsv1.ConversionRequest) *apiextensio
 		resp.Result = failure(fmt.Sprintf("cannot convert to %q: not a version of the %s API", req.DesiredAPIVersion, barcontroller.GroupName))
 		return resp
 	}
-	// LegacyCodec encodes an internal object in the target version.
-	encoder := c.codecs.LegacyCodec(target)
 	decoder := c.codecs.UniversalDeserializer()
 	for i, raw := range req.Objects {
-		out, err := c.convertOne(raw.Raw, target, decoder, encoder)
+		out, err := c.convertOne(raw.Raw, target, decoder)
 		if err != nil {
 			resp.ConvertedObjects = nil
 			resp.Result = failure(fmt.Sprintf("object %d of %d: %v", i+1, len(req.Objects), err))
@@ -162,7 +165,7 @@ func (c *Converter) Convert(req *apiextensionsv1.ConversionRequest) *apiextensio
 	return resp
 }
 
-func (c *Converter) convertOne(raw []byte, target schema.GroupVersion, decoder runtime.Decoder, encoder runtime.Encoder) ([]byte, error) {
+func (c *Converter) convertOne(raw []byte, target schema.GroupVersion, decoder runtime.Decoder) ([]byte, error) {
 	in, gvk, err := decoder.Decode(raw, nil, nil)
 	if err != nil {
 		return nil, err
@@ -177,11 +180,11 @@ func (c *Converter) convertOne(raw []byte, target schema.GroupVersion, decoder r
 	if err != nil {
 		return nil, fmt.Errorf("converting %s to the internal version: %w", gvk, err)
 	}
-	out, err := runtime.Encode(encoder, hub)
+	versioned, err := c.scheme.ConvertToVersion(hub, target)
 	if err != nil {
 		return nil, fmt.Errorf("converting to %s: %w", target, err)
 	}
-	return out, nil
+	return encodeJSON(versioned)
 }
 
 // errBusy: the budget had no room for the body's next bytes (limit.go).

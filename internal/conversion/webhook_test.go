@@ -147,7 +147,7 @@ func TestListsAndFailures(t *testing.T) {
 	for name, tc := range map[string]struct{ to, obj, want string }{
 		"unknown version": {"barcontroller.dev/v2", v1Bar, "not a version"},
 		"other group":     {"apps/v1", v1Bar, "not a version"},
-		"no kind":         {"barcontroller.dev/v1", `{"apiVersion":"barcontroller.dev/v1alpha1"}`, "object 1 of 1"},
+		"no kind":         {"barcontroller.dev/v1", `{"apiVersion":"barcontroller.dev/v1alpha1","metadata":{"name":"x"}}`, "object 1 of 1"},
 		"unknown kind":    {"barcontroller.dev/v1", `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"x"}}`, "no kind \"ConfigMap\" is registered"},
 		// A Status decodes (every scheme knows the core group's Status),
 		// so it reaches the group check, as a ConfigMap, refused by the

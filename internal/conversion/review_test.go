@@ -1,0 +1,86 @@
+/*
+Copyright The bar-controller Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package conversion
+
+import (
+	"bytes"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+// serveReview has the Converter answer body, and returns the answer and
+// the bytes the process allocated meanwhile.
+func serveReview(t *testing.T, body []byte) (*httptest.ResponseRecorder, uint64) {
+	t.Helper()
+	c := NewConverter()
+	req := httptest.NewRequest(http.MethodPost, Path, bytes.NewReader(body))
+	rec := httptest.NewRecorder()
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	c.ServeHTTP(rec, req)
+	runtime.ReadMemStats(&after)
+	return rec, after.TotalAlloc - before.TotalAlloc
+}
+
+// Issue 39, eighth review, C1: a review of 4 MB of tiny elements
+// ("0," or "{},") took about 40 times its body to decode, 169 MiB, and
+// one POST killed the conversion-only Pod. Now each element is checked
+// before it gets one of its own, and the review is refused having
+// allocated a few times its body: reading it (its buffer doubles), its
+// objects' raw copy, and the decoder's.
+func TestTinyObjectsAreRefusedCheaply(t *testing.T) {
+	for _, elem := range []string{"0", "{}", `{"a":1}`} {
+		n := (maxRequestBytes - 200) / (len(elem) + 1)
+		body := []byte(`{"apiVersion":"apiextensions.k8s.io/v1","kind":"ConversionReview","request":{"uid":"r","desiredAPIVersion":"barcontroller.dev/v1","objects":[` +
+			strings.TrimSuffix(strings.Repeat(elem+",", n), ",") + `]}}`)
+		rec, allocated := serveReview(t, body)
+		t.Logf("%d elements %s: %d, allocated %d MiB for a body of %d MiB", n, elem, rec.Code, allocated>>20, len(body)>>20)
+		if rec.Code != http.StatusBadRequest {
+			t.Errorf("a review of %d elements %s: %d, want 400", n, elem, rec.Code)
+		}
+		if bound := 6 * uint64(len(body)); allocated > bound {
+			t.Errorf("a review of %d elements %s allocated %d MiB, want at most %d (6 times its body)", n, elem, allocated>>20, bound>>20)
+		}
+	}
+}
+
+// Issue 39, eighth review, C2: encoding/json's escaping of <, > and & made
+// an answer six times its review (a Bar whose annotation held 4 MB of
+// '<': 25 MB), memory no part of the budget counted. Now the answer is
+// about the review's size, whatever its bytes.
+func TestAnswersAreNotEscaped(t *testing.T) {
+	pad := strings.Repeat("<>&", 64<<10)
+	bar := strings.Replace(alphaBar, `"labels":{"team":"a"}`, `"labels":{"team":"a"},"annotations":{"pad":"`+pad+`"}`, 1)
+	if bar == alphaBar {
+		t.Fatal("the test Bar has no labels to put the annotation beside")
+	}
+	body := []byte(`{"apiVersion":"apiextensions.k8s.io/v1","kind":"ConversionReview","request":{"uid":"r","desiredAPIVersion":"barcontroller.dev/v1","objects":[` + bar + `]}}`)
+	rec, _ := serveReview(t, body)
+	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `"status":"Success"`) {
+		t.Fatalf("%d: %.300s", rec.Code, rec.Body.String())
+	}
+	if got := rec.Body.Len(); got > len(body)+4<<10 {
+		t.Errorf("the answer is %d bytes for a review of %d, want about as many", got, len(body))
+	}
+	if !strings.Contains(rec.Body.String(), pad) {
+		t.Error("the answer does not carry the annotation's bytes as they came")
+	}
+}
