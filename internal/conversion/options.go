@@ -114,6 +114,16 @@ func (o *Options) Complete(namespace string) error {
 		if err != nil {
 			return fmt.Errorf("--conversion-webhook-api-server-cidrs: %w", err)
 		}
+		// The listener and the budget compare a source by its IPv4
+		// address: an IPv4 address mapped into IPv6 would match nothing,
+		// and leave the API server unnamed while the operator thinks it
+		// is (eighth review, m1).
+		if p.Addr().Is4In6() {
+			if p.Bits() < 96 {
+				return fmt.Errorf("--conversion-webhook-api-server-cidrs: %s mixes IPv6 with mapped IPv4 addresses", c)
+			}
+			p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+		}
 		// Wider than /8 (IPv4) or /32 (IPv6) is no control plane's range,
 		// and two halves (0.0.0.0/1,128.0.0.0/1) trust every address as
 		// /0 would (issue 39, seventh review, m4).

@@ -113,6 +113,8 @@ func TestAPIServerCIDRs(t *testing.T) {
 		{value: "0.0.0.0/1,128.0.0.0/1", wantErr: "wider than /8"},
 		{value: "10.0.0.0/8,fd00::/32", want: "10.0.0.0/8,fd00::/32"},
 		{value: "fd00::/31", wantErr: "wider than /32"},
+		{value: "::ffff:10.0.0.11/128", want: "10.0.0.11/32"},
+		{value: "::ffff:0.0.0.0/96", wantErr: "wider than /8"},
 	} {
 		var o Options
 		fs := flag.NewFlagSet("test", flag.ContinueOnError)

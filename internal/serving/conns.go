@@ -311,6 +311,11 @@ func (c *limitedConn) Read(p []byte) (int, error) {
 // kubelet's probes out of every replica (issue 39, third review, C1). A
 // write the caller took is progress.
 func (c *limitedConn) Write(p []byte) (int, error) {
+	// A write begins the wait on the caller now: the time the handler
+	// took before it (a conversion of a second) is not the caller's, and
+	// without this the API server's connection looked the stalest while
+	// its answer's first bytes went out (eighth review, m2).
+	c.moved()
 	if c.state.CompareAndSwap(connBusy, connWaiting) {
 		defer c.state.CompareAndSwap(connWaiting, connBusy)
 	}
