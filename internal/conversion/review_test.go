@@ -84,3 +84,18 @@ func TestAnswersAreNotEscaped(t *testing.T) {
 		t.Error("the answer does not carry the annotation's bytes as they came")
 	}
 }
+
+// Issue 39, ninth review, C2: a failure's message quoted what the caller
+// sent, whole: a 4 MiB desiredAPIVersion of control bytes made a 20 MiB
+// answer (and a 38 MB log line). Now it is clipped.
+func TestFailuresDoNotEchoTheCaller(t *testing.T) {
+	version := strings.Repeat("\x7f", 1<<20)
+	body := []byte(`{"apiVersion":"apiextensions.k8s.io/v1","kind":"ConversionReview","request":{"uid":"r","desiredAPIVersion":"` + version + `","objects":[` + alphaBar + `]}}`)
+	rec, _ := serveReview(t, body)
+	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `"status":"Failure"`) {
+		t.Fatalf("%d: %.300s", rec.Code, rec.Body.String())
+	}
+	if got := rec.Body.Len(); got > 4<<10 {
+		t.Errorf("the failure's answer is %d bytes for a version of %d, want it clipped", got, len(version))
+	}
+}

@@ -34,6 +34,7 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -95,14 +96,14 @@ func (c *Converter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body = nil // the review holds its own copies; the collector may take these bytes
 	if err != nil {
 		metrics.RecordConversion(metrics.ConversionInvalid, 0, time.Since(start))
-		http.Error(w, fmt.Sprintf("not a ConversionReview: %v", err), http.StatusBadRequest)
+		http.Error(w, clip(fmt.Sprintf("not a ConversionReview: %v", err)), http.StatusBadRequest)
 		return
 	}
 	review.Response = c.Convert(review.Request)
 	result := metrics.ConversionSuccess
 	if review.Response.Result.Status != metav1.StatusSuccess {
 		result = metrics.ConversionFailure
-		logger.Error(nil, "Conversion failed", "to", review.Request.DesiredAPIVersion, "reason", review.Response.Result.Message)
+		logger.Error(nil, "Conversion failed", "to", clip(review.Request.DesiredAPIVersion), "reason", review.Response.Result.Message)
 	} else {
 		// The source lets an operator find the API server's address for
 		// --conversion-webhook-api-server-cidrs (docs/install.md).
@@ -148,7 +149,7 @@ func (c *Converter) Convert(req *apiextensionsv1.ConversionRequest) *apiextensio
 	resp := &apiextensionsv1.ConversionResponse{UID: req.UID}
 	target, err := schema.ParseGroupVersion(req.DesiredAPIVersion)
 	if err != nil || target.Group != barcontroller.GroupName || !c.scheme.IsVersionRegistered(target) {
-		resp.Result = failure(fmt.Sprintf("cannot convert to %q: not a version of the %s API", req.DesiredAPIVersion, barcontroller.GroupName))
+		resp.Result = failure(fmt.Sprintf("cannot convert to %q: not a version of the %s API", clip(req.DesiredAPIVersion), barcontroller.GroupName))
 		return resp
 	}
 	decoder := c.codecs.UniversalDeserializer()
@@ -239,8 +240,30 @@ func (c countingReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// failure is a failed conversion's status. Its message is clipped to
+// maxMessageBytes: it quotes what the caller sent (a version, an object's
+// apiVersion in the decoder's error), and a 4 MiB desiredAPIVersion of
+// control bytes, quoted (4 bytes each) and then escaped in the answer,
+// made a 20 MiB answer and a 38 MB log line of one POST (issue 39, ninth
+// review, C2).
 func failure(msg string) metav1.Status {
-	return metav1.Status{Status: metav1.StatusFailure, Message: msg}
+	return metav1.Status{Status: metav1.StatusFailure, Message: clip(msg)}
+}
+
+// maxMessageBytes: a failure's message, enough for the API server's
+// error to say which object failed and why.
+const maxMessageBytes = 512
+
+// clip is s cut to maxMessageBytes, on a rune boundary, marked as cut.
+func clip(s string) string {
+	if len(s) <= maxMessageBytes {
+		return s
+	}
+	cut := maxMessageBytes
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "... (cut)"
 }
 
 // answerDeadline is when an answer of n bytes, written from now on, must
