@@ -38,7 +38,9 @@ import (
 // Lease, with it.
 //
 // A review's memory is a few times its body (the body, the objects' raw
-// copies in the decoded review, the converted objects, the encoded answer),
+// copies in the decoded review, the converted objects, the encoded answer;
+// review.go keeps a caller's choice of bytes from changing that, but for
+// what one object's typed decode allocates, still open: docs/security.md),
 // so the bound is on bodies: a budget of the process, of which one client
 // address may hold a share. A request reserves minReservation when it is
 // admitted, and more only as its body arrives: its buffer grows (doubling,
