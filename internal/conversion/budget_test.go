@@ -221,29 +221,3 @@ func TestShare(t *testing.T) {
 		}
 	}
 }
-
-// Issue 39, seventh review, M2: thirteen addresses that hold 260 KiB each
-// (3.3 MiB between them) counted as thirteen full parts of the split, and
-// the API server's review of 600 KiB was refused with 4.7 MiB of the
-// budget free. While the budget keeps newcomerRoom free, the split does
-// not apply.
-func TestSmallHoldersLeaveTheFreeBudget(t *testing.T) {
-	w := watchWebhook(t, nil)
-	const held = 260 << 10
-	for i := range 13 {
-		id := fmt.Sprintf("holder-%d", i)
-		// A byte short of its declared length: its buffer, and its part
-		// of the budget, is the length and a byte.
-		w.send(t, fmt.Sprintf("127.0.6.%d", i+1), id, held, held-1)
-		if s := w.await(t, id, "holding its body or refused", func(s requestState) bool { return s.read >= held-1 || s.answered != 0 }); s.answered != 0 {
-			t.Fatalf("%s: answered %d, want its body held", id, s.answered)
-		}
-	}
-	code, err := w.post("api-server", reviewOfSize(600<<10))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if code != http.StatusOK {
-		t.Errorf("the API server's review of 600 KiB while 13 addresses hold 260 KiB each: %d, want 200", code)
-	}
-}
