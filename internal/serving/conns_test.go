@@ -110,6 +110,11 @@ func TestConnLimits(t *testing.T) {
 		if code := c.get(); code != http.StatusOK {
 			t.Fatalf("connection %d of 127.0.0.2, within its share: %d", i+1, code)
 		}
+		// Idle once the server's write of the answer returned, and its
+		// progress with it: the order of the connections' last moves is
+		// the order of these requests, however the server's goroutines
+		// were scheduled after the client read.
+		waitIdle(t, l, i+1)
 		flood = append(flood, c)
 	}
 	if code := dialFrom(t, "127.0.0.2", a).get(); code != 0 {

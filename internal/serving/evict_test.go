@@ -228,12 +228,14 @@ func TestBodyWaitsGiveWay(t *testing.T) {
 	// 127.0.0.2 waits on three bodies; 127.0.0.3 holds three requests with
 	// none. The listener is full, nothing idle.
 	var waiting, held []*client
-	for range limits.PerSource {
+	for i := range limits.PerSource {
 		c := dialFrom(t, "127.0.0.2", a)
 		send(c, declared)
+		// Each waits (its headers read, its last move) before the next is
+		// dialled: the order of their moves is this one.
+		waitState(t, l, connWaiting, i+1)
 		waiting = append(waiting, c)
 	}
-	waitState(t, l, connWaiting, 3)
 	for range limits.PerSource {
 		c := dialFrom(t, "127.0.0.3", a)
 		send(c, hold)
