@@ -40,6 +40,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/barcontroller/bar-controller/internal/conversion"
+	"github.com/barcontroller/bar-controller/pkg/apis/barcontroller"
 )
 
 func main() {
@@ -83,6 +84,9 @@ func addConversion(path string) error {
 			},
 		},
 	}
+	if err := limitQuantities(&crd); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
 	out, err := marshal(&crd)
 	if err != nil {
 		return err
@@ -93,6 +97,50 @@ func addConversion(path string) error {
 		out = append([]byte("---\n"), out...)
 	}
 	return os.WriteFile(path, out, 0o644)
+}
+
+// limitQuantities gives the quantities of v1's spec.template.resources a
+// maxLength (barcontroller.MaxQuantityBytes): every conversion writes
+// each quantity again, in time that grows with the square of its digits,
+// so a Bar with one of a few MiB would make every v1alpha1 read of it
+// fail on the webhook's timeout. controller-gen has no marker for a map's
+// values of a type from another package.
+func limitQuantities(crd *apiextensionsv1.CustomResourceDefinition) error {
+	for i := range crd.Spec.Versions {
+		v := &crd.Spec.Versions[i]
+		if v.Name != "v1" {
+			continue
+		}
+		props := func(s *apiextensionsv1.JSONSchemaProps, name string) *apiextensionsv1.JSONSchemaProps {
+			if s == nil {
+				return nil
+			}
+			p, ok := s.Properties[name]
+			if !ok {
+				return nil
+			}
+			return &p
+		}
+		var root *apiextensionsv1.JSONSchemaProps
+		if v.Schema != nil {
+			root = v.Schema.OpenAPIV3Schema
+		}
+		resources := props(props(props(root, "spec"), "template"), "resources")
+		if resources == nil {
+			return fmt.Errorf("version %s has no spec.template.resources", v.Name)
+		}
+		for _, list := range []string{"limits", "requests"} {
+			p, ok := resources.Properties[list]
+			if !ok || p.AdditionalProperties == nil || p.AdditionalProperties.Schema == nil {
+				return fmt.Errorf("version %s has no spec.template.resources.%s values", v.Name, list)
+			}
+			// The schema of the values is behind a pointer: p, a copy of
+			// the map's value, shares it.
+			p.AdditionalProperties.Schema.MaxLength = ptr.To[int64](barcontroller.MaxQuantityBytes)
+		}
+		return nil
+	}
+	return fmt.Errorf("no version v1")
 }
 
 // marshal writes the CRD the way controller-gen does: without the status

@@ -39,9 +39,10 @@ import (
 //
 // A review's memory is a few times its body (the body, the objects' raw
 // copies in the decoded review, the converted objects, the encoded answer;
-// review.go keeps a caller's choice of bytes from changing that, but for
-// what one object's typed decode allocates, still open: docs/security.md),
-// so the bound is on bodies: a budget of the process, of which one client
+// review.go keeps a caller's choice of bytes from changing that, and
+// shape.go grows a request's part to what its objects weigh where they
+// decode into more than their bytes), so the bound is on bodies: a
+// budget of the process, of which one client
 // address may hold a share. A request reserves minReservation when it is
 // admitted, and more only as its body arrives: its buffer grows (doubling,
 // up to its declared length) and every growth is reserved first. So a

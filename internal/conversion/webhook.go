@@ -99,7 +99,25 @@ func (c *Converter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, clip(fmt.Sprintf("not a ConversionReview: %v", err)), http.StatusBadRequest)
 		return
 	}
-	review.Response = c.Convert(review.Request)
+	// Converting costs by the value, not the byte: the request's part of
+	// the budget grows to what its objects weigh before any is decoded
+	// (shape.go).
+	weight, err := weigh(review.Request.Objects)
+	switch {
+	case err != nil:
+		review.Response = &apiextensionsv1.ConversionResponse{UID: review.Request.UID, Result: failure(err.Error())}
+	case weight > addressShare:
+		metrics.RecordConversion(metrics.ConversionTooLarge, 0, time.Since(start))
+		http.Error(w, fmt.Sprintf("the review's objects weigh %d bytes, more than the %d of the largest review (a list must be paged smaller)", weight, maxRequestBytes), http.StatusRequestEntityTooLarge)
+		return
+	default:
+		if cl := claimOf(r); cl != nil && !cl.growTo(weight) {
+			metrics.RecordConversion(metrics.ConversionBusy, 0, time.Since(start))
+			refuseBusy(w)
+			return
+		}
+		review.Response = c.Convert(review.Request)
+	}
 	result := metrics.ConversionSuccess
 	if review.Response.Result.Status != metav1.StatusSuccess {
 		result = metrics.ConversionFailure

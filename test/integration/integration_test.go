@@ -80,6 +80,10 @@ func TestAdmissionRejectsBadBars(t *testing.T) {
 			[]string{"spec.template.resources", "claims are not supported"}},
 		{"a quantity that is none", `"spec": {"deployment": {"name": "web"}, "template": {"resources": {"limits": {"cpu": "lots"}}}}`,
 			[]string{"spec.template.resources.limits.cpu"}},
+		// Converting writes each quantity again, in time that grows with
+		// the square of its digits (barcontroller.MaxQuantityBytes).
+		{"a quantity longer than 64 bytes", `"spec": {"deployment": {"name": "web"}, "template": {"resources": {"requests": {"cpu": "` + strings.Repeat("1", 65) + `"}}}}`,
+			[]string{"spec.template.resources.requests.cpu", "64"}},
 		{"unknown field", `"spec": {"deployment": {"name": "web"}, "replicaz": 2}`,
 			[]string{`unknown field "spec.replicaz"`}},
 		{"a v1alpha1 field in v1", `"spec": {"deployment": {"name": "web"}, "deploymentName": "web"}`,

@@ -22,8 +22,6 @@ limitations under the License.
 package fuzzer
 
 import (
-	"encoding/json"
-
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	runtimeserializer "k8s.io/apimachinery/pkg/runtime/serializer"
@@ -115,10 +113,11 @@ func withResourcesAnnotation(annotations map[string]string, c randfill.Continue)
 	return annotations
 }
 
+// mustJSON is v as conversion writes it under the key.
 func mustJSON(v any) string {
-	encoded, err := json.Marshal(v)
+	encoded, err := barv1alpha1.AnnotationJSON(v)
 	if err != nil {
 		panic(err)
 	}
-	return string(encoded)
+	return encoded
 }

@@ -17,7 +17,9 @@ limitations under the License.
 package v1alpha1
 
 import (
+	"bytes"
 	"encoding/json"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/conversion"
@@ -52,7 +54,7 @@ import (
 // write, and claims, as v1 would; conversion accepts what the policy
 // refuses, since it also reads Bars stored before the policy existed.
 //
-// Valid JSON comes back in Go's encoding of the struct (quantities in
+// Valid JSON comes back as AnnotationJSON writes the struct (quantities in
 // canonical form, e.g. "0.1" as "100m"): the same resources, maybe other bytes.
 //
 // A v1 Bar never carries this key (the policy refuses it), but one written
@@ -106,6 +108,12 @@ type carried struct {
 // v1alpha1 takes it: the resources it gives the Bar, and what stays under
 // the key (nil for nothing).
 func fromAnnotation(encoded string) (corev1.ResourceRequirements, *string) {
+	if hasLongQuantity(encoded) {
+		// The CRD refuses such resources in v1, and parsing and writing
+		// them again takes time that grows with the square of their
+		// digits (barcontroller.MaxQuantityBytes): not resources.
+		return corev1.ResourceRequirements{}, &encoded
+	}
 	var c carried
 	if strict, err := sigsjson.UnmarshalStrict([]byte(encoded), &c); err == nil && len(strict) == 0 && c.Annotation != nil {
 		var resources corev1.ResourceRequirements
@@ -131,11 +139,11 @@ func toAnnotation(resources *corev1.ResourceRequirements, value *string) (*strin
 		if isEmpty(resources) {
 			return nil, nil
 		}
-		encoded, err := json.Marshal(resources)
+		encoded, err := AnnotationJSON(resources)
 		if err != nil {
 			return nil, err
 		}
-		return ptrTo(string(encoded)), nil
+		return &encoded, nil
 	}
 	if isEmpty(resources) {
 		// A value that is neither resources nor the carried form comes
@@ -148,11 +156,57 @@ func toAnnotation(resources *corev1.ResourceRequirements, value *string) (*strin
 	if !isEmpty(resources) {
 		c.Resources = resources
 	}
-	encoded, err := json.Marshal(&c)
+	encoded, err := AnnotationJSON(&c)
 	if err != nil {
 		return nil, err
 	}
-	return ptrTo(string(encoded)), nil
+	return &encoded, nil
+}
+
+// AnnotationJSON is v in JSON as conversion writes it under
+// ResourcesAnnotation: encoding/json's encoding without its escaping of
+// <, > and &. The value is a string in a string when it travels (in the
+// Bar, in a ConversionReview), and each escaping multiplies: a resource
+// name of n '<' made an annotation of 6n bytes and a conversion answer of
+// 7n (issue 39, ninth review, C3). A JSON reader needs none of it; an
+// annotation written with it by an earlier release reads as the same
+// resources, and comes back in these bytes.
+func AnnotationJSON(v any) (string, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return "", err
+	}
+	return strings.TrimSuffix(buf.String(), "\n"), nil
+}
+
+// hasLongQuantity says whether encoded, in either form fromAnnotation
+// reads, has a quantity longer than barcontroller.MaxQuantityBytes (in
+// its JSON, quotes and all). Each quantity stays raw bytes here.
+func hasLongQuantity(encoded string) bool {
+	type quantities struct {
+		Limits   map[string]json.RawMessage `json:"limits"`
+		Requests map[string]json.RawMessage `json:"requests"`
+	}
+	var raw struct {
+		quantities
+		Resources *quantities `json:"resources"`
+	}
+	if json.Unmarshal([]byte(encoded), &raw) != nil {
+		return false // not resources either way; nothing is parsed
+	}
+	long := func(q *quantities) bool {
+		for _, m := range []map[string]json.RawMessage{q.Limits, q.Requests} {
+			for _, v := range m {
+				if len(v) > barcontroller.MaxQuantityBytes+len(`""`) {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	return long(&raw.quantities) || raw.Resources != nil && long(raw.Resources)
 }
 
 // Convert_v1alpha1_Bar_To_barcontroller_Bar converts the Bar and takes the
@@ -220,5 +274,3 @@ func withKey(m map[string]string, key string, value *string) map[string]string {
 	}
 	return out
 }
-
-func ptrTo(s string) *string { return &s }

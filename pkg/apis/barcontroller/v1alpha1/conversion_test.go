@@ -17,6 +17,7 @@ limitations under the License.
 package v1alpha1_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -124,6 +125,16 @@ func TestToV1alpha1(t *testing.T) {
 		name:     "the carried form as the value: carried again",
 		in:       hubWith(corev1.ResourceRequirements{}, ptr.To(`{"annotation":"x"}`)),
 		wantAnno: ptr.To(`{"annotation":"{\"annotation\":\"x\"}"}`),
+	}, {
+		// Issue 39, ninth review, C3: escaped, each '<' was six bytes in
+		// the annotation and seven in a conversion's answer.
+		name:     "<, > and & as they are: the annotation is no larger than the resources",
+		in:       hubWith(corev1.ResourceRequirements{Limits: corev1.ResourceList{"example.com/<a&b>": resource.MustParse("1")}}, nil),
+		wantAnno: ptr.To(`{"limits":{"example.com/<a&b>":"1"}}`),
+	}, {
+		name:     "a value with <, > and & in the carried form: as they are",
+		in:       hubWith(resources, ptr.To("<a&b>")),
+		wantAnno: ptr.To(`{"annotation":"<a&b>","resources":` + resourcesJSON + `}`),
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := tc.in.DeepCopy()
@@ -192,6 +203,26 @@ func TestFromV1alpha1(t *testing.T) {
 		name:       "the carried form without a value: not that form, kept as an annotation",
 		annotation: ptr.To(`{"annotation":null,"resources":` + resourcesJSON + `}`),
 		want:       hubWith(none, ptr.To(`{"annotation":null,"resources":`+resourcesJSON+`}`)),
+	}, {
+		name:       "escaped as an earlier release wrote it: the same resources",
+		annotation: ptr.To(`{"limits":{"example.com/\u003ca\u0026b\u003e":"1"}}`),
+		want:       hubWith(corev1.ResourceRequirements{Limits: corev1.ResourceList{"example.com/<a&b>": resource.MustParse("1")}}, nil),
+	}, {
+		// Ninth review, m1: String() of a quantity takes time that grows
+		// with the square of its digits (barcontroller.MaxQuantityBytes);
+		// v1's CRD refuses it.
+		name:       "a quantity longer than the CRD allows: not resources, kept as an annotation",
+		annotation: ptr.To(longQuantity),
+		want:       hubWith(none, ptr.To(longQuantity)),
+	}, {
+		name:       "the same in the carried form: kept as an annotation",
+		annotation: ptr.To(`{"annotation":"x","resources":` + longQuantity + `}`),
+		want:       hubWith(none, ptr.To(`{"annotation":"x","resources":`+longQuantity+`}`)),
+	}, {
+		name:       "a quantity as long as the CRD allows: resources",
+		annotation: ptr.To(`{"limits":{"cpu":"` + strings.Repeat("1", barcontroller.MaxQuantityBytes) + `"}}`),
+		want: hubWith(corev1.ResourceRequirements{Limits: corev1.ResourceList{
+			corev1.ResourceCPU: resource.MustParse(strings.Repeat("1", barcontroller.MaxQuantityBytes))}}, nil),
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			in := alphaBar(tc.annotation)
@@ -209,6 +240,10 @@ func TestFromV1alpha1(t *testing.T) {
 		})
 	}
 }
+
+// longQuantity is resources with a quantity a byte longer than the CRD
+// allows.
+var longQuantity = `{"limits":{"cpu":"` + strings.Repeat("1", barcontroller.MaxQuantityBytes+1) + `"}}`
 
 // TestReadModifyWriteKeepsSpec is issue 31's lossy round trip: a v1 Bar
 // that carries the key, read in v1alpha1 and written back unchanged, must

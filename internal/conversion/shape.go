@@ -1,0 +1,358 @@
+/*
+Copyright The bar-controller Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package conversion
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/barcontroller/bar-controller/pkg/apis/barcontroller"
+	"github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1alpha1"
+)
+
+// The budget counts bodies, on the assumption that converting a review
+// costs a few times its body (limit.go). Decoding into the Go types does
+// not cost by the byte but by the value: "{}," is three bytes, and as an
+// element of status.conditions it becomes a metav1.Condition, a slice's
+// growth, and in the answer a condition with its empty fields written
+// out. A 4 MiB Bar of such conditions took 465 MiB of heap and answered
+// 100 MB; of ownerReferences or managedFields, the same (issue 39, ninth
+// review, C1). Nothing the API server stores is like that (each of those
+// entries has required fields), but the webhook's callers need not be
+// the API server.
+//
+// So before it is decoded, each object is weighed: its bytes are read
+// once (scan) and its weight is the larger of its bytes and what its
+// values cost at their cheapest: containerWeight an object or array,
+// scalarWeight a key or any other value, quantityWeight a quantity. The
+// request's part of the budget grows to the weight of
+// its objects before any is decoded, or the request is refused. A Bar the
+// API server sends weighs its bytes (TestBarsWeighTheirBytes): the
+// budget's measure of it is unchanged. And a value of a few bytes costs
+// what it allocates (TestWeightBoundsTheCost).
+const (
+	// containerWeight: an object or an array costs a struct, a map or a
+	// slice (with its growth), and in the answer its fields written out:
+	// "{}" as a condition allocated about 1.2 KB in all, as an
+	// ownerReference or a managedFields entry about 0.8 KB, as much as
+	// 30 to 60 bytes of a Bar the API server sends
+	// (TestWeightBoundsTheCost).
+	containerWeight = 32
+	// scalarWeight: any other value, and any key, is at least a string's
+	// or a number's header, a map entry's, or a slice element.
+	scalarWeight = 8
+	// quantityWeight: a quantity is parsed and written again in
+	// canonical form, about 750 bytes allocated for `"a":"1"` in limits.
+	quantityWeight = 40
+)
+
+// shape is what weighing an object found.
+type shape struct {
+	bytes, containers int
+	// values are the keys and the values other than objects and arrays.
+	values, quantities int
+	// longQuantity is the path of the first quantity longer than
+	// barcontroller.MaxQuantityBytes, if any.
+	longQuantity string
+}
+
+// weight is the object's measure for the budget (see containerWeight).
+func (s shape) weight() int64 {
+	// A quantity is one of the values too.
+	values := containerWeight*int64(s.containers) + scalarWeight*int64(s.values) + (quantityWeight-scalarWeight)*int64(s.quantities)
+	return max(int64(s.bytes), values)
+}
+
+// shapeOf weighs one object. It refuses a quantity longer than the CRD
+// allows, before anything parses it (barcontroller.MaxQuantityBytes).
+func shapeOf(raw []byte) (shape, error) {
+	s, err := scan(raw, make([]string, 0, 8))
+	if err != nil {
+		return shape{}, err
+	}
+	if s.longQuantity != "" {
+		return shape{}, fmt.Errorf("%s is a quantity of more than %d bytes, which the Bar CRD refuses", s.longQuantity, barcontroller.MaxQuantityBytes)
+	}
+	return s, nil
+}
+
+// scan counts the values of the JSON value raw, found at root. It reads
+// the bytes once and allocates next to nothing: encoding/json's
+// Decoder.Token, which decodes every value it returns, took as long as
+// the conversion itself and allocated 15 times the bytes it read. What
+// scan accepts that is not JSON, the decoder after it refuses.
+func scan(raw []byte, root []string) (shape, error) {
+	sc := scanner{data: raw, s: shape{bytes: len(raw)}, path: root}
+	if err := sc.value(); err != nil {
+		return shape{}, err
+	}
+	if sc.space(); sc.i != len(sc.data) {
+		return shape{}, fmt.Errorf("not JSON: more after the value at offset %d", sc.i)
+	}
+	return sc.s, nil
+}
+
+// maxDepth is as deep as encoding/json nests.
+const maxDepth = 10000
+
+type scanner struct {
+	data []byte
+	i    int
+	s    shape
+	// path is where the value being read is: its keys from the object's
+	// root ("*" for an array's element; only the first few are kept,
+	// the deeper ones as "", for they matter to nothing here). One
+	// slice, pushed and popped.
+	path []string
+}
+
+var errNotJSON = errors.New("not JSON")
+
+func (sc *scanner) space() {
+	for sc.i < len(sc.data) {
+		switch sc.data[sc.i] {
+		case ' ', '\t', '\n', '\r':
+			sc.i++
+		default:
+			return
+		}
+	}
+}
+
+// value reads the value at sc.path and counts it and what it holds.
+func (sc *scanner) value() error {
+	if len(sc.path) > maxDepth {
+		return fmt.Errorf("not JSON: nested more than %d deep", maxDepth)
+	}
+	sc.space()
+	if sc.i == len(sc.data) {
+		return errNotJSON
+	}
+	switch sc.data[sc.i] {
+	case '{':
+		sc.s.containers++
+		return sc.members('}', func() error {
+			key, err := sc.str()
+			if err != nil {
+				return err
+			}
+			// In a map, a key is an entry's string: counted as a value.
+			sc.s.values++
+			if sc.space(); sc.i == len(sc.data) || sc.data[sc.i] != ':' {
+				return errNotJSON
+			}
+			sc.i++
+			sc.path = append(sc.path, sc.name(key))
+			if opaque(sc.path) {
+				// The Go types keep it as raw bytes: it costs its bytes.
+				err = sc.skip()
+			} else {
+				err = sc.value()
+			}
+			sc.path = sc.path[:len(sc.path)-1]
+			return err
+		})
+	case '[':
+		sc.s.containers++
+		return sc.members(']', func() error {
+			sc.path = append(sc.path, "*")
+			err := sc.value()
+			sc.path = sc.path[:len(sc.path)-1]
+			return err
+		})
+	case '"':
+		v, err := sc.str()
+		if err != nil {
+			return err
+		}
+		if isResourcesAnnotation(sc.path) {
+			sc.annotation(v)
+		}
+		sc.scalar(len(v) - 2)
+		return nil
+	default:
+		start := sc.i
+		for sc.i < len(sc.data) && !bytes.ContainsRune([]byte(",:]} \t\n\r"), rune(sc.data[sc.i])) {
+			sc.i++
+		}
+		if sc.i == start {
+			return errNotJSON
+		}
+		sc.scalar(sc.i - start)
+		return nil
+	}
+}
+
+// members reads an object's or an array's members with member, up to end.
+func (sc *scanner) members(end byte, member func() error) error {
+	sc.i++ // the opening { or [
+	if sc.space(); sc.i < len(sc.data) && sc.data[sc.i] == end {
+		sc.i++
+		return nil
+	}
+	for {
+		if err := member(); err != nil {
+			return err
+		}
+		sc.space()
+		if sc.i == len(sc.data) {
+			return errNotJSON
+		}
+		switch sc.data[sc.i] {
+		case ',':
+			sc.i++
+		case end:
+			sc.i++
+			return nil
+		default:
+			return errNotJSON
+		}
+	}
+}
+
+// str reads a string, and returns it as it is in the JSON, quotes and
+// escapes included.
+func (sc *scanner) str() ([]byte, error) {
+	sc.space()
+	if sc.i == len(sc.data) || sc.data[sc.i] != '"' {
+		return nil, errNotJSON
+	}
+	start := sc.i
+	for sc.i++; sc.i < len(sc.data); sc.i++ {
+		switch sc.data[sc.i] {
+		case '\\':
+			sc.i++
+		case '"':
+			sc.i++
+			return sc.data[start:sc.i], nil
+		}
+	}
+	return nil, errNotJSON
+}
+
+// skip reads a value without counting what it holds.
+func (sc *scanner) skip() error {
+	inner := scanner{data: sc.data, i: sc.i, path: sc.path[len(sc.path):]}
+	err := inner.value()
+	sc.i = inner.i
+	return err
+}
+
+// pathKeys are the keys the paths below look for.
+var pathKeys = [...]string{"metadata", "managedFields", "fieldsV1", "annotations", "spec", "template", "resources", "limits", "requests", v1alpha1.ResourcesAnnotation}
+
+// name is key (a string as in the JSON) as a path element: the keys the
+// paths above look for, and a resource's name under limits or requests;
+// "" for any other, which matters to nothing here (and costs nothing).
+func (sc *scanner) name(key []byte) string {
+	if len(sc.path) >= 5 {
+		return ""
+	}
+	inner := key[1 : len(key)-1]
+	if bytes.IndexByte(inner, '\\') >= 0 {
+		var s string
+		if json.Unmarshal(key, &s) != nil {
+			return ""
+		}
+		inner = []byte(s)
+	}
+	for _, k := range pathKeys {
+		if string(inner) == k {
+			return k
+		}
+	}
+	if n := len(sc.path); n > 0 && (sc.path[n-1] == "limits" || sc.path[n-1] == "requests") {
+		return string(inner)
+	}
+	return ""
+}
+
+// annotation counts the values of ResourcesAnnotation's JSON, which
+// converting from v1alpha1 decodes as resources: its values cost as the
+// object's do. What is not JSON stays an annotation, and costs its bytes.
+func (sc *scanner) annotation(quoted []byte) {
+	var v string
+	if json.Unmarshal(quoted, &v) != nil {
+		return
+	}
+	if inner, err := scan([]byte(v), []string{annotationRoot}); err == nil {
+		sc.s.containers += inner.containers
+		sc.s.values += inner.values
+		sc.s.quantities += inner.quantities
+	}
+}
+
+func (sc *scanner) scalar(n int) {
+	sc.s.values++
+	if !isQuantity(sc.path) {
+		return
+	}
+	sc.s.quantities++
+	if n > barcontroller.MaxQuantityBytes && sc.s.longQuantity == "" {
+		sc.s.longQuantity = strings.Join(sc.path, ".")
+	}
+}
+
+// opaque is whether the value at path is one the Go types keep as raw
+// JSON: a managedFields entry's fieldsV1 (metav1.FieldsV1).
+func opaque(path []string) bool {
+	return len(path) == 4 && path[0] == "metadata" && path[1] == "managedFields" && path[3] == "fieldsV1"
+}
+
+// annotationRoot is the root of the JSON in v1alpha1's
+// ResourcesAnnotation.
+const annotationRoot = "(" + v1alpha1.ResourcesAnnotation + ")"
+
+func isResourcesAnnotation(path []string) bool {
+	return len(path) == 3 && path[0] == "metadata" && path[1] == "annotations" && path[2] == v1alpha1.ResourcesAnnotation
+}
+
+// isQuantity is whether the value at path is a resource.Quantity: one of
+// v1's spec.template.resources.limits or .requests, or of the resources in
+// v1alpha1's ResourcesAnnotation (either of its forms).
+func isQuantity(path []string) bool {
+	switch {
+	case len(path) == 5 && path[0] == "spec" && path[1] == "template" && path[2] == "resources":
+		path = path[3:]
+	case len(path) == 3 && path[0] == annotationRoot:
+		path = path[1:]
+	case len(path) == 4 && path[0] == annotationRoot && path[1] == "resources":
+		path = path[2:]
+	default:
+		return false
+	}
+	return path[0] == "limits" || path[0] == "requests"
+}
+
+// weigh is the weight of a review's objects, or why one of them cannot be
+// converted, said as Convert says it.
+func weigh(objects []runtime.RawExtension) (int64, error) {
+	var total int64
+	for i, o := range objects {
+		s, err := shapeOf(o.Raw)
+		if err != nil {
+			return 0, fmt.Errorf("object %d of %d: %w", i+1, len(objects), err)
+		}
+		total += s.weight()
+	}
+	return total, nil
+}

@@ -1,0 +1,215 @@
+/*
+Copyright The bar-controller Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package conversion
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/barcontroller/bar-controller/pkg/apis/barcontroller"
+)
+
+// storedAlphaBar and storedV1Bar are Bars as the API server sends them,
+// metadata and all.
+const (
+	storedAlphaBar = `{"apiVersion":"barcontroller.dev/v1alpha1","kind":"Bar","metadata":{"annotations":{"kubectl.kubernetes.io/last-applied-configuration":"{\"apiVersion\":\"barcontroller.dev/v1alpha1\",\"kind\":\"Bar\",\"metadata\":{\"annotations\":{},\"name\":\"web\",\"namespace\":\"default\"},\"spec\":{\"deploymentName\":\"web-nginx\",\"image\":\"nginx:1.28.0\",\"replicas\":2}}\n","barcontroller.dev/v1-template-resources":"{\"limits\":{\"memory\":\"128Mi\"},\"requests\":{\"cpu\":\"100m\",\"memory\":\"64Mi\"}}"},"creationTimestamp":"2026-01-02T03:04:05Z","generation":3,"labels":{"team":"a"},"managedFields":[{"apiVersion":"barcontroller.dev/v1alpha1","fieldsType":"FieldsV1","fieldsV1":{"f:metadata":{"f:annotations":{".":{},"f:kubectl.kubernetes.io/last-applied-configuration":{}},"f:labels":{".":{},"f:team":{}}},"f:spec":{".":{},"f:deploymentName":{},"f:image":{},"f:replicas":{}}},"manager":"kubectl-client-side-apply","operation":"Update","time":"2026-01-02T03:04:05Z"},{"apiVersion":"barcontroller.dev/v1","fieldsType":"FieldsV1","fieldsV1":{"f:status":{".":{},"f:availableReplicas":{},"f:conditions":{".":{},"k:{\"type\":\"Ready\"}":{".":{},"f:lastTransitionTime":{},"f:message":{},"f:observedGeneration":{},"f:reason":{},"f:status":{},"f:type":{}}},"f:observedGeneration":{}}},"manager":"bar-controller","operation":"Apply","subresource":"status","time":"2026-01-02T03:04:09Z"}],"name":"web","namespace":"default","resourceVersion":"4242","uid":"6f1c9a52-3b8e-4d0a-9b7e-2c1d0e5f6a7b"},"spec":{"deploymentName":"web-nginx","image":"nginx:1.28.0","replicas":2},"status":{"availableReplicas":2,"conditions":[{"lastTransitionTime":"2026-01-02T03:04:09Z","message":"Deployment web-nginx has 2 of 2 replicas available","observedGeneration":3,"reason":"DeploymentAvailable","status":"True","type":"Ready"}],"observedGeneration":3}}`
+	storedV1Bar    = `{"apiVersion":"barcontroller.dev/v1","kind":"Bar","metadata":{"creationTimestamp":"2026-01-02T03:04:05Z","generation":3,"labels":{"team":"a"},"managedFields":[{"apiVersion":"barcontroller.dev/v1","fieldsType":"FieldsV1","fieldsV1":{"f:metadata":{"f:labels":{".":{},"f:team":{}}},"f:spec":{"f:deployment":{"f:name":{}},"f:replicas":{},"f:template":{"f:image":{},"f:resources":{"f:limits":{"f:memory":{}},"f:requests":{"f:cpu":{},"f:memory":{}}}}}},"manager":"kubectl","operation":"Apply","time":"2026-01-02T03:04:05Z"},{"apiVersion":"barcontroller.dev/v1","fieldsType":"FieldsV1","fieldsV1":{"f:status":{"f:availableReplicas":{},"f:conditions":{"k:{\"type\":\"Ready\"}":{".":{},"f:lastTransitionTime":{},"f:message":{},"f:observedGeneration":{},"f:reason":{},"f:status":{},"f:type":{}}},"f:observedGeneration":{}}},"manager":"bar-controller","operation":"Apply","subresource":"status","time":"2026-01-02T03:04:09Z"}],"name":"web","namespace":"default","resourceVersion":"4242","uid":"6f1c9a52-3b8e-4d0a-9b7e-2c1d0e5f6a7b"},"spec":{"deployment":{"name":"web-nginx"},"replicas":2,"template":{"image":"nginx:1.28.0","resources":{"limits":{"memory":"128Mi"},"requests":{"cpu":"100m","memory":"64Mi"}}}},"status":{"availableReplicas":2,"conditions":[{"lastTransitionTime":"2026-01-02T03:04:09Z","message":"Deployment web-nginx has 2 of 2 replicas available","observedGeneration":3,"reason":"DeploymentAvailable","status":"True","type":"Ready"}],"observedGeneration":3}}`
+)
+
+// The budget's measure of a Bar the API server sends is its bytes, as it
+// was before objects were weighed: weighing changes nothing for it.
+func TestBarsWeighTheirBytes(t *testing.T) {
+	for _, bar := range []string{storedAlphaBar, storedV1Bar} {
+		s, err := shapeOf([]byte(bar))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%.45s: %d bytes, %d containers, %d keys and other values (%d quantities): weight %d", bar, s.bytes, s.containers, s.values, s.quantities, s.weight())
+		if s.weight() != int64(len(bar)) {
+			t.Errorf("%.45s weighs %d, want its %d bytes", bar, s.weight(), len(bar))
+		}
+	}
+}
+
+// reviewOf is a ConversionReview to version of these objects.
+func reviewOf(to string, objects ...string) []byte {
+	return []byte(`{"apiVersion":"apiextensions.k8s.io/v1","kind":"ConversionReview","request":{"uid":"r","desiredAPIVersion":"barcontroller.dev/` +
+		to + `","objects":[` + strings.Join(objects, ",") + `]}}`)
+}
+
+// list is n of the elements f gives, comma-separated.
+func list(n int, f func(i int) string) string {
+	var b strings.Builder
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(f(i))
+	}
+	return b.String()
+}
+
+func replaceOnce(t *testing.T, s, old, new string) string {
+	t.Helper()
+	if !strings.Contains(s, old) {
+		t.Fatalf("%q is not in the test Bar", old)
+	}
+	return strings.Replace(s, old, new, 1)
+}
+
+// Issue 39, ninth review, C1: a Bar of 4 MiB whose status held 1.4
+// million "{}" conditions took 465 MiB of heap, 110 times what the budget
+// counted for it; ownerReferences and managedFields the same. Now the
+// budget counts what objects weigh, and whatever values an object is made
+// of, converting it allocates about what a Bar the API server sends does
+// for the same weight: here at most twice the most such Bars allocated
+// (both measured in this run, as bytes allocated in all, which bounds the
+// peak).
+func TestWeightBoundsTheCost(t *testing.T) {
+	const size = 256 << 10
+	many := func(bar string) []string {
+		var objects []string
+		for n := 0; n < size; n += len(bar) {
+			objects = append(objects, bar)
+		}
+		return objects
+	}
+	empties := func(n int) string { return list(n, func(int) string { return "{}" }) }
+	bars := []struct {
+		name, to string
+		objects  []string
+	}{
+		{"Bars in v1alpha1", "v1", many(storedAlphaBar)},
+		{"Bars in v1", "v1alpha1", many(storedV1Bar)},
+	}
+	shapes := []struct {
+		name, to string
+		object   string
+	}{
+		{"conditions {}", "v1", replaceOnce(t, storedAlphaBar, `"conditions":[`, `"conditions":[`+empties(size/3)+",")},
+		{"managedFields {}", "v1", replaceOnce(t, storedAlphaBar, `"managedFields":[`, `"managedFields":[`+empties(size/3)+",")},
+		{"ownerReferences {}", "v1", replaceOnce(t, storedAlphaBar, `"name":"web",`, `"name":"web","ownerReferences":[`+empties(size/3)+"],")},
+		{"claims {}", "v1alpha1", replaceOnce(t, storedV1Bar, `"resources":{`, `"resources":{"claims":[`+empties(size/3)+"],")},
+		{`finalizers ""`, "v1", replaceOnce(t, storedAlphaBar, `"name":"web",`, `"name":"web","finalizers":[`+list(size/3, func(int) string { return `""` })+"],")},
+		{"labels", "v1", replaceOnce(t, storedAlphaBar, `"labels":{`, `"labels":{`+list(size/10, func(i int) string { return fmt.Sprintf(`"%x":""`, i) })+",")},
+		{"limits", "v1alpha1", replaceOnce(t, storedV1Bar, `"limits":{`, `"limits":{`+list(size/12, func(i int) string { return fmt.Sprintf(`"%x":"1"`, i) })+",")},
+		{"limits in the annotation", "v1", replaceOnce(t, storedAlphaBar, `{\"limits\":{`, `{\"limits\":{`+list(size/16, func(i int) string { return fmt.Sprintf(`\"%x\":\"1\"`, i) })+",")},
+		{"fieldsV1", "v1", replaceOnce(t, storedAlphaBar, `"fieldsV1":{`, `"fieldsV1":{`+list(size/10, func(i int) string { return fmt.Sprintf(`"%x":{}`, i) })+",")},
+		{"a resource name of '<'", "v1alpha1", replaceOnce(t, storedV1Bar, `"limits":{`, `"limits":{"`+strings.Repeat("<", size)+`":"1",`)},
+	}
+	perWeight := func(name, to string, objects ...string) float64 {
+		t.Helper()
+		var weight int64
+		for _, o := range objects {
+			s, err := shapeOf([]byte(o))
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			weight += s.weight()
+		}
+		rec, allocated := serveReview(t, reviewOf(to, objects...))
+		if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `"status":"Success"`) {
+			t.Fatalf("%s: %d: %.300s", name, rec.Code, rec.Body.String())
+		}
+		ratio := float64(allocated) / float64(weight)
+		t.Logf("%-24s weight %8d (%5.1f times the bytes), allocated %5.1f times the weight", name, weight, float64(weight)/float64(len(strings.Join(objects, ","))), ratio)
+		return ratio
+	}
+	var floor float64
+	for _, b := range bars {
+		floor = max(floor, perWeight(b.name, b.to, b.objects...))
+	}
+	for _, s := range shapes {
+		if got := perWeight(s.name, s.to, s.object); got > 2*floor {
+			t.Errorf("%s: converting allocated %.1f times its weight, want at most %.1f (twice the Bars')", s.name, got, 2*floor)
+		}
+	}
+}
+
+// The review of C1 itself: a review too heavy for the largest part of the
+// budget is refused before any object is decoded, having allocated a few
+// times its body (reading it, and the objects' raw copies).
+func TestHeavyReviewsAreRefusedCheaply(t *testing.T) {
+	bar := replaceOnce(t, storedAlphaBar, `"conditions":[`, `"conditions":[`+list((maxRequestBytes-4<<10)/3, func(int) string { return "{}" })+",")
+	body := reviewOf("v1", bar)
+	rec, allocated := serveReview(t, body)
+	t.Logf("%d: %s; allocated %d MiB for a body of %d MiB", rec.Code, strings.TrimSpace(rec.Body.String()), allocated>>20, len(body)>>20)
+	if rec.Code != http.StatusRequestEntityTooLarge {
+		t.Errorf("%d, want 413", rec.Code)
+	}
+	if bound := 12 * uint64(len(body)); allocated > bound {
+		t.Errorf("allocated %d MiB, want at most %d (12 times the body)", allocated>>20, bound>>20)
+	}
+}
+
+// Ninth review, m1: a quantity of 4 MiB of digits took 46 s of CPU to
+// convert. A quantity longer than the CRD allows is refused before it is
+// parsed; one as long as it allows converts.
+func TestLongQuantitiesAreRefused(t *testing.T) {
+	c := NewConverter()
+	at := func(n int) string {
+		return replaceOnce(t, storedV1Bar, `"cpu":"100m"`, `"cpu":"`+strings.Repeat("1", n)+`"`)
+	}
+	if resp := review(t, c, "barcontroller.dev/v1alpha1", at(barcontroller.MaxQuantityBytes)); resp.Result.Status != "Success" {
+		t.Errorf("a quantity of %d bytes: %s, want it converted", barcontroller.MaxQuantityBytes, resp.Result.Message)
+	}
+	for _, n := range []int{barcontroller.MaxQuantityBytes + 1, maxRequestBytes - 4<<10} {
+		body := reviewOf("v1alpha1", at(n))
+		rec, _ := serveReview(t, body)
+		want := "spec.template.resources.requests.cpu is a quantity of more than 64 bytes"
+		if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `"status":"Failure"`) || !strings.Contains(rec.Body.String(), want) {
+			t.Errorf("a quantity of %d bytes: %d %.300s, want a failure that says %q", n, rec.Code, rec.Body.String(), want)
+		}
+	}
+}
+
+// scan counts what encoding/json would decode, and finds the paths that
+// matter however their keys are written.
+func TestScan(t *testing.T) {
+	for _, tc := range []struct {
+		in                             string
+		containers, values, quantities int
+		long                           string
+	}{
+		{in: `{}`, containers: 1},
+		{in: ` [ 1 , "a" , true , null , {} , [] ] `, containers: 3, values: 4},
+		{in: `{"a":{"b":["x\"y\\",-1.5e3]}}`, containers: 3, values: 4},
+		{in: `{"metadata":{"managedFields":[{"fieldsV1":{"a":{},"b":[1,2]},"manager":"m"}]}}`, containers: 4, values: 5},
+		{in: `{"spec":{"template":{"resources":{"limits":{"cpu":"1","memory":2}}}}}`, containers: 5, values: 8, quantities: 2},
+		{in: `{"sp\u0065c":{"template":{"resources":{"requests":{"cpu":"` + strings.Repeat("1", 65) + `"}}}}}`, containers: 5, values: 6, quantities: 1, long: "spec.template.resources.requests.cpu"},
+		{in: `{"metadata":{"annotations":{"barcontroller.dev/v1-template-resources":"{\"limits\":{\"cpu\":\"1\"}}"}}}`, containers: 5, values: 7, quantities: 1},
+		{in: `{"metadata":{"annotations":{"barcontroller.dev/v1-template-resources":"{\"annotation\":\"x\",\"resources\":{\"requests\":{\"a\":\"1\",\"b\":\"2\"}}}"}}}`, containers: 6, values: 12, quantities: 2},
+		{in: `{"metadata":{"annotations":{"barcontroller.dev/v1-template-resources":"not json"}}}`, containers: 3, values: 4},
+	} {
+		s, err := scan([]byte(tc.in), nil)
+		if err != nil {
+			t.Errorf("%s: %v", tc.in, err)
+			continue
+		}
+		if s.containers != tc.containers || s.values != tc.values || s.quantities != tc.quantities || s.longQuantity != tc.long {
+			t.Errorf("%s: %d containers, %d keys and other values, %d quantities, long %q; want %d, %d, %d, %q",
+				tc.in, s.containers, s.values, s.quantities, s.longQuantity, tc.containers, tc.values, tc.quantities, tc.long)
+		}
+	}
+	for _, in := range []string{``, `{`, `{"a"}`, `{"a":}`, `[1,]`, `[1 2]`, `"abc`, `{} {}`, `{"a":1,}`, strings.Repeat("[", maxDepth+2) + strings.Repeat("]", maxDepth+2)} {
+		if _, err := scan([]byte(in), nil); err == nil {
+			t.Errorf("%.40q: no error, want one", in)
+		}
+	}
+}
