@@ -100,11 +100,11 @@ func addConversion(path string) error {
 }
 
 // limitQuantities gives the quantities of v1's spec.template.resources a
-// maxLength (barcontroller.MaxQuantityBytes): every conversion writes
-// each quantity again, in time that grows with the square of its digits,
-// so a Bar with one of a few MiB would make every v1alpha1 read of it
-// fail on the webhook's timeout. controller-gen has no marker for a map's
-// values of a type from another package.
+// maxLength and an exponent of at most two digits
+// (barcontroller.BoundedQuantity says why: what a quantity costs to parse
+// and write grows with its digits and its exponent, in every conversion
+// and in the controller). controller-gen has no marker for a map's values
+// of a type from another package.
 func limitQuantities(crd *apiextensionsv1.CustomResourceDefinition) error {
 	for i := range crd.Spec.Versions {
 		v := &crd.Spec.Versions[i]
@@ -137,6 +137,7 @@ func limitQuantities(crd *apiextensionsv1.CustomResourceDefinition) error {
 			// The schema of the values is behind a pointer: p, a copy of
 			// the map's value, shares it.
 			p.AdditionalProperties.Schema.MaxLength = ptr.To[int64](barcontroller.MaxQuantityBytes)
+			p.AdditionalProperties.Schema.Pattern = barcontroller.QuantityPattern
 		}
 		return nil
 	}

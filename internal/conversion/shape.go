@@ -22,8 +22,10 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 
 	"k8s.io/apimachinery/pkg/runtime"
+	kjson "k8s.io/apimachinery/pkg/runtime/serializer/json"
 
 	"github.com/barcontroller/bar-controller/pkg/apis/barcontroller"
 	"github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1alpha1"
@@ -70,9 +72,9 @@ type shape struct {
 	bytes, containers int
 	// values are the keys and the values other than objects and arrays.
 	values, quantities int
-	// longQuantity is the path of the first quantity longer than
-	// barcontroller.MaxQuantityBytes, if any.
-	longQuantity string
+	// unbounded is the path of the first quantity that
+	// barcontroller.BoundedQuantity refuses, if any.
+	unbounded string
 }
 
 // weight is the object's measure for the budget (see containerWeight).
@@ -85,12 +87,22 @@ func (s shape) weight() int64 {
 // shapeOf weighs one object. It refuses a quantity longer than the CRD
 // allows, before anything parses it (barcontroller.MaxQuantityBytes).
 func shapeOf(raw []byte) (shape, error) {
+	// The paths above are a Bar's. The decoder takes any kind registered
+	// in the group (a BarList's items would be weighed as anything), and
+	// reads the kind as this does; the API server sends Bars only.
+	gvk, err := kjson.DefaultMetaFactory.Interpret(raw)
+	if err != nil {
+		return shape{}, err
+	}
+	if gvk.Group != barcontroller.GroupName || gvk.Kind != "Bar" {
+		return shape{}, fmt.Errorf("%s is not a Bar of the %s API", clip(gvk.String()), barcontroller.GroupName)
+	}
 	s, err := scan(raw, make([]string, 0, 8))
 	if err != nil {
 		return shape{}, err
 	}
-	if s.longQuantity != "" {
-		return shape{}, fmt.Errorf("%s is a quantity of more than %d bytes, which the Bar CRD refuses", s.longQuantity, barcontroller.MaxQuantityBytes)
+	if s.unbounded != "" {
+		return shape{}, fmt.Errorf("%s is a quantity the Bar CRD refuses: longer than %d bytes, an exponent of more than two digits, or an escape", s.unbounded, barcontroller.MaxQuantityBytes)
 	}
 	return s, nil
 }
@@ -187,7 +199,7 @@ func (sc *scanner) value() error {
 		if isResourcesAnnotation(sc.path) {
 			sc.annotation(v)
 		}
-		sc.scalar(len(v) - 2)
+		sc.scalar(v[1 : len(v)-1])
 		return nil
 	default:
 		start := sc.i
@@ -197,7 +209,7 @@ func (sc *scanner) value() error {
 		if sc.i == start {
 			return errNotJSON
 		}
-		sc.scalar(sc.i - start)
+		sc.scalar(sc.data[start:sc.i])
 		return nil
 	}
 }
@@ -243,6 +255,12 @@ func (sc *scanner) str() ([]byte, error) {
 			sc.i++
 		case '"':
 			sc.i++
+			// The API server stores valid UTF-8 only (its decoder writes
+			// U+FFFD for what is not), and each invalid byte would come
+			// back as those three bytes: an answer three times its review.
+			if !utf8.Valid(sc.data[start:sc.i]) {
+				return nil, fmt.Errorf("a string at offset %d is not valid UTF-8", start)
+			}
 			return sc.data[start:sc.i], nil
 		}
 	}
@@ -301,14 +319,16 @@ func (sc *scanner) annotation(quoted []byte) {
 	}
 }
 
-func (sc *scanner) scalar(n int) {
+// scalar counts a value that is neither an object nor an array: raw, a
+// string's bytes between its quotes or another value's.
+func (sc *scanner) scalar(raw []byte) {
 	sc.s.values++
 	if !isQuantity(sc.path) {
 		return
 	}
 	sc.s.quantities++
-	if n > barcontroller.MaxQuantityBytes && sc.s.longQuantity == "" {
-		sc.s.longQuantity = strings.Join(sc.path, ".")
+	if sc.s.unbounded == "" && !barcontroller.BoundedQuantity(string(raw)) {
+		sc.s.unbounded = strings.Join(sc.path, ".")
 	}
 }
 

@@ -159,22 +159,28 @@ func TestHeavyReviewsAreRefusedCheaply(t *testing.T) {
 }
 
 // Ninth review, m1: a quantity of 4 MiB of digits took 46 s of CPU to
-// convert. A quantity longer than the CRD allows is refused before it is
-// parsed; one as long as it allows converts.
-func TestLongQuantitiesAreRefused(t *testing.T) {
+// convert; tenth review, C1: one of 28 bytes with an exponent of eight
+// digits took 94 s of CPU and 252 MiB, and still had no answer. A quantity
+// the CRD would refuse is refused before it is parsed; one as long as it
+// allows converts.
+func TestUnboundedQuantitiesAreRefused(t *testing.T) {
 	c := NewConverter()
-	at := func(n int) string {
-		return replaceOnce(t, storedV1Bar, `"cpu":"100m"`, `"cpu":"`+strings.Repeat("1", n)+`"`)
+	at := func(q string) string {
+		return replaceOnce(t, storedV1Bar, `"cpu":"100m"`, `"cpu":"`+q+`"`)
 	}
-	if resp := review(t, c, "barcontroller.dev/v1alpha1", at(barcontroller.MaxQuantityBytes)); resp.Result.Status != "Success" {
+	if resp := review(t, c, "barcontroller.dev/v1alpha1", at(strings.Repeat("1", barcontroller.MaxQuantityBytes))); resp.Result.Status != "Success" {
 		t.Errorf("a quantity of %d bytes: %s, want it converted", barcontroller.MaxQuantityBytes, resp.Result.Message)
 	}
-	for _, n := range []int{barcontroller.MaxQuantityBytes + 1, maxRequestBytes - 4<<10} {
-		body := reviewOf("v1alpha1", at(n))
-		rec, _ := serveReview(t, body)
-		want := "spec.template.resources.requests.cpu is a quantity of more than 64 bytes"
+	for _, q := range []string{
+		strings.Repeat("1", barcontroller.MaxQuantityBytes+1),
+		strings.Repeat("1", maxRequestBytes-4<<10),
+		"1111111111111111111e30000000",
+		"1e100",
+	} {
+		rec, _ := serveReview(t, reviewOf("v1alpha1", at(q)))
+		want := "spec.template.resources.requests.cpu is a quantity the Bar CRD refuses"
 		if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `"status":"Failure"`) || !strings.Contains(rec.Body.String(), want) {
-			t.Errorf("a quantity of %d bytes: %d %.300s, want a failure that says %q", n, rec.Code, rec.Body.String(), want)
+			t.Errorf("a quantity of %d bytes %.40q: %d %.300s, want a failure that says %q", len(q), q, rec.Code, rec.Body.String(), want)
 		}
 	}
 }
@@ -185,14 +191,20 @@ func TestScan(t *testing.T) {
 	for _, tc := range []struct {
 		in                             string
 		containers, values, quantities int
-		long                           string
+		unbounded                      string
 	}{
 		{in: `{}`, containers: 1},
 		{in: ` [ 1 , "a" , true , null , {} , [] ] `, containers: 3, values: 4},
 		{in: `{"a":{"b":["x\"y\\",-1.5e3]}}`, containers: 3, values: 4},
 		{in: `{"metadata":{"managedFields":[{"fieldsV1":{"a":{},"b":[1,2]},"manager":"m"}]}}`, containers: 4, values: 5},
 		{in: `{"spec":{"template":{"resources":{"limits":{"cpu":"1","memory":2}}}}}`, containers: 5, values: 8, quantities: 2},
-		{in: `{"sp\u0065c":{"template":{"resources":{"requests":{"cpu":"` + strings.Repeat("1", 65) + `"}}}}}`, containers: 5, values: 6, quantities: 1, long: "spec.template.resources.requests.cpu"},
+		{in: `{"sp\u0065c":{"template":{"resources":{"requests":{"cpu":"` + strings.Repeat("1", 65) + `"}}}}}`, containers: 5, values: 6, quantities: 1, unbounded: "spec.template.resources.requests.cpu"},
+		{in: `{"spec":{"template":{"resources":{"limits":{"cpu":"1e99","memory":"5Ei","a":"2E","b":1e-9}}}}}`, containers: 5, values: 12, quantities: 4},
+		// Ten reviews in, a short quantity with a large exponent: 28
+		// bytes that parse to about 10^30000000.
+		{in: `{"spec":{"template":{"resources":{"limits":{"cpu":"1111111111111111111e30000000"}}}}}`, containers: 5, values: 6, quantities: 1, unbounded: "spec.template.resources.limits.cpu"},
+		{in: `{"spec":{"template":{"resources":{"limits":{"cpu":1e100}}}}}`, containers: 5, values: 6, quantities: 1, unbounded: "spec.template.resources.limits.cpu"},
+		{in: `{"spec":{"template":{"resources":{"limits":{"cpu":"1\u00653000"}}}}}`, containers: 5, values: 6, quantities: 1, unbounded: "spec.template.resources.limits.cpu"},
 		{in: `{"metadata":{"annotations":{"barcontroller.dev/v1-template-resources":"{\"limits\":{\"cpu\":\"1\"}}"}}}`, containers: 5, values: 7, quantities: 1},
 		{in: `{"metadata":{"annotations":{"barcontroller.dev/v1-template-resources":"{\"annotation\":\"x\",\"resources\":{\"requests\":{\"a\":\"1\",\"b\":\"2\"}}}"}}}`, containers: 6, values: 12, quantities: 2},
 		{in: `{"metadata":{"annotations":{"barcontroller.dev/v1-template-resources":"not json"}}}`, containers: 3, values: 4},
@@ -202,14 +214,57 @@ func TestScan(t *testing.T) {
 			t.Errorf("%s: %v", tc.in, err)
 			continue
 		}
-		if s.containers != tc.containers || s.values != tc.values || s.quantities != tc.quantities || s.longQuantity != tc.long {
+		if s.containers != tc.containers || s.values != tc.values || s.quantities != tc.quantities || s.unbounded != tc.unbounded {
 			t.Errorf("%s: %d containers, %d keys and other values, %d quantities, long %q; want %d, %d, %d, %q",
-				tc.in, s.containers, s.values, s.quantities, s.longQuantity, tc.containers, tc.values, tc.quantities, tc.long)
+				tc.in, s.containers, s.values, s.quantities, s.unbounded, tc.containers, tc.values, tc.quantities, tc.unbounded)
 		}
 	}
-	for _, in := range []string{``, `{`, `{"a"}`, `{"a":}`, `[1,]`, `[1 2]`, `"abc`, `{} {}`, `{"a":1,}`, strings.Repeat("[", maxDepth+2) + strings.Repeat("]", maxDepth+2)} {
+	for _, in := range []string{``, `{`, "\"\xff\"", `{"a":"` + "\xed\xa0\x80" + `"}`, `{"a"}`, `{"a":}`, `[1,]`, `[1 2]`, `"abc`, `{} {}`, `{"a":1,}`, strings.Repeat("[", maxDepth+2) + strings.Repeat("]", maxDepth+2)} {
 		if _, err := scan([]byte(in), nil); err == nil {
 			t.Errorf("%.40q: no error, want one", in)
 		}
+	}
+}
+
+// Tenth review, C2: a BarList's items were weighed as anything, so its
+// quantities and its annotations' JSON went uncounted and unchecked (one
+// 4 MiB POST allocated 301 MiB). Only Bars are converted.
+func TestOnlyBarsAreWeighed(t *testing.T) {
+	for _, obj := range []string{
+		`{"apiVersion":"barcontroller.dev/v1alpha1","kind":"BarList","items":[]}`,
+		`{"apiVersion":"barcontroller.dev/v1","kind":"Status"}`,
+		`{"apiVersion":"apps/v1","kind":"Bar"}`,
+		`{"apiVersion":"barcontroller.dev/v1","kind":"Bar","KIND":"BarList"}`,
+	} {
+		if _, err := shapeOf([]byte(obj)); err == nil {
+			t.Errorf("%s: weighed, want it refused", obj)
+		}
+	}
+	if _, err := shapeOf([]byte(storedV1Bar)); err != nil {
+		t.Errorf("a Bar: %v", err)
+	}
+}
+
+// The quantities the webhook converts cost little whatever they say:
+// the largest exponent and the most digits it allows, converted both
+// ways, allocate about what the Bar without them does.
+func TestBoundedQuantitiesAreCheap(t *testing.T) {
+	worst := []string{
+		strings.Repeat("9", barcontroller.MaxQuantityBytes-3) + "e99",
+		"0." + strings.Repeat("0", barcontroller.MaxQuantityBytes-7) + "1e-99",
+		strings.Repeat("7", barcontroller.MaxQuantityBytes),
+	}
+	v1 := storedV1Bar
+	for i, q := range worst {
+		v1 = replaceOnce(t, v1, `"limits":{`, fmt.Sprintf(`"limits":{"q%d":"%s",`, i, q))
+	}
+	_, plain := serveReview(t, reviewOf("v1alpha1", storedV1Bar))
+	rec, allocated := serveReview(t, reviewOf("v1alpha1", v1))
+	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `"status":"Success"`) {
+		t.Fatalf("%d: %.300s", rec.Code, rec.Body.String())
+	}
+	t.Logf("allocated %d bytes, %d for the Bar without them", allocated, plain)
+	if allocated > 2*plain+64<<10 {
+		t.Errorf("allocated %d bytes, want at most twice the %d of the Bar without them, and 64 KiB", allocated, plain)
 	}
 }

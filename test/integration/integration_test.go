@@ -80,10 +80,12 @@ func TestAdmissionRejectsBadBars(t *testing.T) {
 			[]string{"spec.template.resources", "claims are not supported"}},
 		{"a quantity that is none", `"spec": {"deployment": {"name": "web"}, "template": {"resources": {"limits": {"cpu": "lots"}}}}`,
 			[]string{"spec.template.resources.limits.cpu"}},
-		// Converting writes each quantity again, in time that grows with
-		// the square of its digits (barcontroller.MaxQuantityBytes).
+		// Parsing and writing a quantity costs by its digits and its
+		// exponent (barcontroller.BoundedQuantity).
 		{"a quantity longer than 64 bytes", `"spec": {"deployment": {"name": "web"}, "template": {"resources": {"requests": {"cpu": "` + strings.Repeat("1", 65) + `"}}}}`,
 			[]string{"spec.template.resources.requests.cpu", "64"}},
+		{"a quantity with an exponent of more than two digits", `"spec": {"deployment": {"name": "web"}, "template": {"resources": {"limits": {"memory": "1111111111111111111e30000000"}}}}`,
+			[]string{"spec.template.resources.limits.memory", "should match"}},
 		{"unknown field", `"spec": {"deployment": {"name": "web"}, "replicaz": 2}`,
 			[]string{`unknown field "spec.replicaz"`}},
 		{"a v1alpha1 field in v1", `"spec": {"deployment": {"name": "web"}, "deploymentName": "web"}`,

@@ -66,14 +66,6 @@ type BarPodTemplate struct {
 	Resources corev1.ResourceRequirements
 }
 
-// MaxQuantityBytes is the longest quantity in a Bar's resources that the
-// CRD accepts (hack/crd-conversion sets it as the schema's maxLength) and
-// the conversion webhook converts. resource.Quantity's String(), which
-// every conversion calls, takes time that grows with the square of the
-// quantity's digits: 13 s for one of 256 KiB. No real quantity comes near
-// it: the largest, in bytes with a suffix, has about 20 characters.
-const MaxQuantityBytes = 64
-
 // BarStatus is the observed state of a Bar.
 type BarStatus struct {
 	ObservedGeneration int64

@@ -108,10 +108,10 @@ type carried struct {
 // v1alpha1 takes it: the resources it gives the Bar, and what stays under
 // the key (nil for nothing).
 func fromAnnotation(encoded string) (corev1.ResourceRequirements, *string) {
-	if hasLongQuantity(encoded) {
-		// The CRD refuses such resources in v1, and parsing and writing
-		// them again takes time that grows with the square of their
-		// digits (barcontroller.MaxQuantityBytes): not resources.
+	if hasUnboundedQuantity(encoded) {
+		// The CRD refuses such quantities in v1, and parsing and writing
+		// them again takes time and memory that grow with what they say
+		// (barcontroller.BoundedQuantity): not resources.
 		return corev1.ResourceRequirements{}, &encoded
 	}
 	var c carried
@@ -181,10 +181,13 @@ func AnnotationJSON(v any) (string, error) {
 	return strings.TrimSuffix(buf.String(), "\n"), nil
 }
 
-// hasLongQuantity says whether encoded, in either form fromAnnotation
-// reads, has a quantity longer than barcontroller.MaxQuantityBytes (in
-// its JSON, quotes and all). Each quantity stays raw bytes here.
-func hasLongQuantity(encoded string) bool {
+// hasUnboundedQuantity says whether encoded, in either form fromAnnotation
+// reads, has a quantity that barcontroller.BoundedQuantity refuses, or is
+// not resources in either form at all: each quantity stays raw bytes
+// here, and nothing is parsed. It reads as the strict decoding after it
+// does (case-sensitive, the last of duplicate keys), so that no quantity
+// it did not see is parsed there; where it fails, so would that.
+func hasUnboundedQuantity(encoded string) bool {
 	type quantities struct {
 		Limits   map[string]json.RawMessage `json:"limits"`
 		Requests map[string]json.RawMessage `json:"requests"`
@@ -193,20 +196,24 @@ func hasLongQuantity(encoded string) bool {
 		quantities
 		Resources *quantities `json:"resources"`
 	}
-	if json.Unmarshal([]byte(encoded), &raw) != nil {
-		return false // not resources either way; nothing is parsed
+	if sigsjson.UnmarshalCaseSensitivePreserveInts([]byte(encoded), &raw) != nil {
+		return true
 	}
-	long := func(q *quantities) bool {
+	unbounded := func(q *quantities) bool {
 		for _, m := range []map[string]json.RawMessage{q.Limits, q.Requests} {
 			for _, v := range m {
-				if len(v) > barcontroller.MaxQuantityBytes+len(`""`) {
+				s := string(v)
+				if len(s) >= 2 && s[0] == '"' {
+					s = s[1 : len(s)-1] // a string's bytes, escapes and all
+				}
+				if !barcontroller.BoundedQuantity(s) {
 					return true
 				}
 			}
 		}
 		return false
 	}
-	return long(&raw.quantities) || raw.Resources != nil && long(raw.Resources)
+	return unbounded(&raw.quantities) || raw.Resources != nil && unbounded(raw.Resources)
 }
 
 // Convert_v1alpha1_Bar_To_barcontroller_Bar converts the Bar and takes the

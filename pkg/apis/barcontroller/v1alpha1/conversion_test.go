@@ -219,6 +219,22 @@ func TestFromV1alpha1(t *testing.T) {
 		annotation: ptr.To(`{"annotation":"x","resources":` + longQuantity + `}`),
 		want:       hubWith(none, ptr.To(`{"annotation":"x","resources":`+longQuantity+`}`)),
 	}, {
+		// Tenth review, C1: 28 bytes that parse to about 10^30000000.
+		name:       "an exponent of more than two digits: kept as an annotation",
+		annotation: ptr.To(`{"limits":{"cpu":"1111111111111111111e30000000"}}`),
+		want:       hubWith(none, ptr.To(`{"limits":{"cpu":"1111111111111111111e30000000"}}`)),
+	}, {
+		// Tenth review, M1: the check's decoding failed (or dropped the
+		// map, matching keys in any case) where the strict decoding after
+		// it parsed the quantity before it failed.
+		name:       "a long quantity beside a field of the wrong type: kept, never parsed",
+		annotation: ptr.To(strings.TrimSuffix(longQuantity, "}") + `,"requests":5}`),
+		want:       hubWith(none, ptr.To(strings.TrimSuffix(longQuantity, "}")+`,"requests":5}`)),
+	}, {
+		name:       "a long quantity beside a key in another case: kept",
+		annotation: ptr.To(strings.TrimSuffix(longQuantity, "}") + `,"LIMITS":null}`),
+		want:       hubWith(none, ptr.To(strings.TrimSuffix(longQuantity, "}")+`,"LIMITS":null}`)),
+	}, {
 		name:       "a quantity as long as the CRD allows: resources",
 		annotation: ptr.To(`{"limits":{"cpu":"` + strings.Repeat("1", barcontroller.MaxQuantityBytes) + `"}}`),
 		want: hubWith(corev1.ResourceRequirements{Limits: corev1.ResourceList{
