@@ -189,7 +189,7 @@ func (c *Converter) convertOne(raw []byte, target schema.GroupVersion, decoder r
 	if err != nil {
 		return nil, err
 	}
-	if gvk.Group != barcontroller.GroupName {
+	if gvk.Group != barcontroller.GroupName || gvk.Version == runtime.APIVersionInternal {
 		return nil, fmt.Errorf("%s is not a version of the %s API", gvk.GroupVersion(), barcontroller.GroupName)
 	}
 	if gvk.GroupVersion() == target {
