@@ -19,6 +19,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"unicode/utf8"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -114,11 +115,33 @@ func newStatus(bar *barv1.Bar, available int32, r readiness, now metav1.Time) ba
 		Type:               barv1.ConditionReady,
 		Status:             r.status,
 		Reason:             r.reason,
-		Message:            r.message,
+		Message:            clipMessage(r.message),
 		ObservedGeneration: bar.Generation,
 		LastTransitionTime: now,
 	})
 	return status
+}
+
+// maxMessageBytes is metav1.Condition's limit on a message, which the
+// CRD's schema enforces: a longer one would get every status write of
+// the Bar refused, and its status would stay stale for as long as the
+// message stays long.
+const maxMessageBytes = 32768
+
+// clipMessage is msg cut to maxMessageBytes, on a rune boundary, marked
+// as cut. A message quotes the API server's errors and names Deployments,
+// and a Bar can make either long: hundreds of invalid resource names, or
+// many old Deployments it renames away from (issue 39, twelfth review).
+func clipMessage(msg string) string {
+	const mark = " ... (cut)"
+	if len(msg) <= maxMessageBytes {
+		return msg
+	}
+	cut := maxMessageBytes - len(mark)
+	for cut > 0 && !utf8.RuneStart(msg[cut]) {
+		cut--
+	}
+	return msg[:cut] + mark
 }
 
 // statusChanged reports whether writing want over have would change

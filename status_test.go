@@ -17,8 +17,10 @@ limitations under the License.
 package main
 
 import (
+	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -109,5 +111,20 @@ func TestStatusChanged(t *testing.T) {
 				t.Errorf("statusChanged = %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// A message longer than metav1.Condition allows would get every status
+// write refused: it is cut, whole runes, to the limit.
+func TestNewStatusClipsTheMessage(t *testing.T) {
+	bar := newBar("test", "web", 1)
+	for _, msg := range []string{strings.Repeat("é", maxMessageBytes), strings.Repeat("a", maxMessageBytes+1)} {
+		got := newStatus(bar, 0, readiness{metav1.ConditionFalse, barv1.ReasonApplyFailed, msg}, fixedNow).Conditions[0].Message
+		if len(got) > maxMessageBytes || !utf8.ValidString(got) || !strings.HasSuffix(got, "(cut)") {
+			t.Errorf("a message of %d bytes became %d bytes (valid UTF-8: %v), ending %q", len(msg), len(got), utf8.ValidString(got), got[len(got)-12:])
+		}
+	}
+	if got := clipMessage("short"); got != "short" {
+		t.Errorf("clipMessage(short) = %q", got)
 	}
 }

@@ -56,13 +56,27 @@ const (
 // reviewOnTheWire is a ConversionReview as it arrives, its objects left
 // as one raw list.
 type reviewOnTheWire struct {
-	metav1.TypeMeta `json:",inline"`
-	Request         *struct {
-		UID               types.UID       `json:"uid"`
-		DesiredAPIVersion string          `json:"desiredAPIVersion"`
+	APIVersion json.RawMessage `json:"apiVersion"`
+	Kind       json.RawMessage `json:"kind"`
+	Request    *struct {
+		UID               json.RawMessage `json:"uid"`
+		DesiredAPIVersion json.RawMessage `json:"desiredAPIVersion"`
 		Objects           json.RawMessage `json:"objects"`
 	} `json:"request"`
 }
+
+// The answer echoes a review's apiVersion, kind and uid. The API server
+// sends these two and a uid of 36 bytes; they are taken as they are,
+// compared raw before anything decodes them: a uid of 4 MiB of invalid
+// UTF-8, decoded, made an answer of 12 MiB (issue 39, twelfth review,
+// M1).
+const (
+	reviewAPIVersion = `"apiextensions.k8s.io/v1"`
+	reviewKind       = `"ConversionReview"`
+	// maxUIDBytes: a UID, quoted, with room to spare; maxVersionBytes
+	// the same for a group and version.
+	maxUIDBytes, maxVersionBytes = 128, 512
+)
 
 // decodeReview reads a ConversionReview, refusing one whose objects are
 // not objects of minObjectBytes or more, or are more than maxObjects.
@@ -71,11 +85,23 @@ func decodeReview(body []byte) (*apiextensionsv1.ConversionReview, error) {
 	if err := json.Unmarshal(body, &in); err != nil {
 		return nil, err
 	}
+	if string(in.APIVersion) != reviewAPIVersion || string(in.Kind) != reviewKind {
+		return nil, fmt.Errorf("not a ConversionReview of apiextensions.k8s.io/v1")
+	}
 	if in.Request == nil {
 		return nil, errors.New("no request")
 	}
-	review := &apiextensionsv1.ConversionReview{TypeMeta: in.TypeMeta, Request: &apiextensionsv1.ConversionRequest{
-		UID: in.Request.UID, DesiredAPIVersion: in.Request.DesiredAPIVersion}}
+	var uid types.UID
+	if len(in.Request.UID) > maxUIDBytes || json.Unmarshal(in.Request.UID, &uid) != nil {
+		return nil, fmt.Errorf("request.uid is not a string of at most %d bytes", maxUIDBytes-2)
+	}
+	var version string
+	if len(in.Request.DesiredAPIVersion) > maxVersionBytes || json.Unmarshal(in.Request.DesiredAPIVersion, &version) != nil {
+		return nil, fmt.Errorf("request.desiredAPIVersion is not a string of at most %d bytes", maxVersionBytes-2)
+	}
+	review := &apiextensionsv1.ConversionReview{
+		TypeMeta: metav1.TypeMeta{APIVersion: apiextensionsv1.SchemeGroupVersion.String(), Kind: "ConversionReview"},
+		Request:  &apiextensionsv1.ConversionRequest{UID: uid, DesiredAPIVersion: version}}
 	dec := json.NewDecoder(bytes.NewReader(in.Request.Objects))
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('[') {
 		return nil, errors.New("request.objects is not a list")

@@ -87,15 +87,34 @@ func TestAnswersAreNotEscaped(t *testing.T) {
 
 // Issue 39, ninth review, C2: a failure's message quoted what the caller
 // sent, whole: a 4 MiB desiredAPIVersion of control bytes made a 20 MiB
-// answer (and a 38 MB log line). Now it is clipped.
+// answer (and a 38 MB log line). Now a version longer than any is refused
+// before it is decoded, and a failure's message is clipped. Twelfth
+// review, M1: the uid, echoed, is bounded too; the review's own
+// apiVersion and kind are the API server's or it is refused.
 func TestFailuresDoNotEchoTheCaller(t *testing.T) {
-	version := strings.Repeat("\x7f", 1<<20)
-	body := []byte(`{"apiVersion":"apiextensions.k8s.io/v1","kind":"ConversionReview","request":{"uid":"r","desiredAPIVersion":"` + version + `","objects":[` + alphaBar + `]}}`)
-	rec, _ := serveReview(t, body)
+	reviewWith := func(apiVersion, uid, version string) []byte {
+		return []byte(`{"apiVersion":"` + apiVersion + `","kind":"ConversionReview","request":{"uid":"` + uid + `","desiredAPIVersion":"` + version + `","objects":[` + alphaBar + `]}}`)
+	}
+	version := strings.Repeat("\x7f", maxVersionBytes-2)
+	rec, _ := serveReview(t, reviewWith("apiextensions.k8s.io/v1", "r", version))
 	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `"status":"Failure"`) {
 		t.Fatalf("%d: %.300s", rec.Code, rec.Body.String())
 	}
 	if got := rec.Body.Len(); got > 4<<10 {
 		t.Errorf("the failure's answer is %d bytes for a version of %d, want it clipped", got, len(version))
+	}
+	for name, body := range map[string][]byte{
+		"a version of 1 MiB":                 reviewWith("apiextensions.k8s.io/v1", "r", strings.Repeat("\x7f", 1<<20)),
+		"a uid of 1 MiB of invalid UTF-8":    reviewWith("apiextensions.k8s.io/v1", strings.Repeat("\xff", 1<<20), "barcontroller.dev/v1"),
+		"an apiVersion of 1 MiB":             reviewWith(strings.Repeat("\xff", 1<<20), "r", "barcontroller.dev/v1"),
+		"an apiVersion other than the API's": reviewWith("apiextensions.k8s.io/v1beta1", "r", "barcontroller.dev/v1"),
+	} {
+		rec, allocated := serveReview(t, body)
+		if rec.Code != http.StatusBadRequest || rec.Body.Len() > 4<<10 {
+			t.Errorf("%s: %d, %d bytes: %.200q; want 400, short", name, rec.Code, rec.Body.Len(), rec.Body.String())
+		}
+		if bound := 6 * uint64(len(body)); allocated > bound {
+			t.Errorf("%s: allocated %d MiB, want at most %d (6 times the body)", name, allocated>>20, bound>>20)
+		}
 	}
 }

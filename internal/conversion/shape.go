@@ -103,7 +103,7 @@ func shapeOf(raw []byte) (shape, error) {
 	if gvk.Group != barcontroller.GroupName || gvk.Kind != "Bar" || !servedVersions[gvk.Version] {
 		return shape{}, fmt.Errorf("%s is not a Bar of the %s API", clip(gvk.String()), barcontroller.GroupName)
 	}
-	s, err := scan(raw, make([]string, 0, 8))
+	s, err := scan(raw, make([]string, 0, 8), true)
 	if err != nil {
 		return shape{}, err
 	}
@@ -118,8 +118,15 @@ func shapeOf(raw []byte) (shape, error) {
 // Decoder.Token, which decodes every value it returns, took as long as
 // the conversion itself and allocated 15 times the bytes it read. What
 // scan accepts that is not JSON, the decoder after it refuses.
-func scan(raw []byte, root []string) (shape, error) {
-	sc := scanner{data: raw, s: shape{bytes: len(raw)}, path: root}
+//
+// wire says raw is as it came on the wire, where the API server writes
+// only valid UTF-8, U+2028 and U+2029 escaped, and no time or number of
+// more than maxScalarBytes: what is not so is refused. The JSON inside
+// ResourcesAnnotation is a string's contents, not the wire: those escapes
+// are undone in it (twelfth review, C3: a "\u2028" in it made the scan of
+// its contents fail, and them weigh nothing).
+func scan(raw []byte, root []string, wire bool) (shape, error) {
+	sc := scanner{data: raw, s: shape{bytes: len(raw)}, path: root, wire: wire}
 	if err := sc.value(); err != nil {
 		return shape{}, err
 	}
@@ -141,9 +148,18 @@ type scanner struct {
 	// the deeper ones as "", for they matter to nothing here). One
 	// slice, pushed and popped.
 	path []string
+	wire bool
 }
 
 var errNotJSON = errors.New("not JSON")
+
+// maxScalarBytes bounds a number, and a time (metav1.Time), on the wire:
+// an int64 has at most 20 characters, a quantity (a number, too, in
+// JSON) at most barcontroller.MaxQuantityBytes, a time in RFC 3339 about
+// 35. Decoding a longer one fails with an error that quotes it, escaped:
+// a time of 4 MiB of "é" made messages of 16 and 32 MiB before any was
+// clipped (twelfth review, C2).
+const maxScalarBytes = 64
 
 func (sc *scanner) space() {
 	for sc.i < len(sc.data) {
@@ -206,10 +222,15 @@ func (sc *scanner) value() error {
 			return err
 		}
 		if isResourcesAnnotation(sc.path) {
-			sc.annotation(v)
+			if err := sc.annotation(v); err != nil {
+				return err
+			}
 		}
 		if nested(sc.path) {
 			sc.s.bytes += len(v)
+		}
+		if sc.wire && len(v)-2 > maxScalarBytes && isTime(sc.path) {
+			return fmt.Errorf("%s is a time of %d bytes", strings.Join(sc.path, "."), len(v)-2)
 		}
 		sc.scalar(v[1 : len(v)-1])
 		return nil
@@ -220,6 +241,9 @@ func (sc *scanner) value() error {
 		}
 		if sc.i == start {
 			return errNotJSON
+		}
+		if sc.wire && sc.i-start > maxScalarBytes {
+			return fmt.Errorf("a number of %d bytes at offset %d", sc.i-start, start)
 		}
 		sc.scalar(sc.data[start:sc.i])
 		return nil
@@ -270,6 +294,9 @@ func (sc *scanner) str() ([]byte, error) {
 			// The API server stores valid UTF-8 only (its decoder writes
 			// U+FFFD for what is not), and each invalid byte would come
 			// back as those three bytes: an answer three times its review.
+			if !sc.wire {
+				return sc.data[start:sc.i], nil
+			}
 			if !utf8.Valid(sc.data[start:sc.i]) {
 				return nil, fmt.Errorf("a string at offset %d is not valid UTF-8", start)
 			}
@@ -287,7 +314,7 @@ func (sc *scanner) str() ([]byte, error) {
 
 // skip reads a value without counting what it holds.
 func (sc *scanner) skip() error {
-	inner := scanner{data: sc.data, i: sc.i, path: sc.path[len(sc.path):]}
+	inner := scanner{data: sc.data, i: sc.i, path: sc.path[len(sc.path):], wire: sc.wire}
 	err := inner.value()
 	sc.i = inner.i
 	return err
@@ -312,7 +339,20 @@ func nested(path []string) bool {
 const maxPathKey = len(v1alpha1.ResourcesAnnotation)
 
 // pathKeys are the keys the paths below look for.
-var pathKeys = [...]string{"metadata", "managedFields", "fieldsV1", "annotations", "spec", "template", "resources", "limits", "requests", v1alpha1.ResourcesAnnotation}
+var pathKeys = [...]string{"metadata", "managedFields", "fieldsV1", "annotations", "spec", "template", "resources", "limits", "requests", v1alpha1.ResourcesAnnotation,
+	"creationTimestamp", "deletionTimestamp", "time", "status", "conditions", "lastTransitionTime"}
+
+// isTime is whether the value at path is a metav1.Time of a Bar.
+func isTime(path []string) bool {
+	switch len(path) {
+	case 2:
+		return path[0] == "metadata" && (path[1] == "creationTimestamp" || path[1] == "deletionTimestamp")
+	case 4:
+		return path[0] == "metadata" && path[1] == "managedFields" && path[3] == "time" ||
+			path[0] == "status" && path[1] == "conditions" && path[3] == "lastTransitionTime"
+	}
+	return false
+}
 
 // name is key (a string as in the JSON) as a path element: the keys the
 // paths above look for, and a resource's name under limits or requests;
@@ -346,16 +386,19 @@ func (sc *scanner) name(key []byte) string {
 // annotation counts the values of ResourcesAnnotation's JSON, which
 // converting from v1alpha1 decodes as resources: its values cost as the
 // object's do. What is not JSON stays an annotation, and costs its bytes.
-func (sc *scanner) annotation(quoted []byte) {
+func (sc *scanner) annotation(quoted []byte) error {
 	var v string
 	if json.Unmarshal(quoted, &v) != nil {
-		return
+		return errNotJSON
 	}
-	if inner, err := scan([]byte(v), []string{annotationRoot}); err == nil {
-		sc.s.containers += inner.containers
-		sc.s.values += inner.values
-		sc.s.quantities += inner.quantities
+	inner, err := scan([]byte(v), []string{annotationRoot}, false)
+	if err != nil {
+		return nil // not JSON: the strict decoding fails too, and it stays an annotation
 	}
+	sc.s.containers += inner.containers
+	sc.s.values += inner.values
+	sc.s.quantities += inner.quantities
+	return nil
 }
 
 // scalar counts a value that is neither an object nor an array: raw, a

@@ -218,9 +218,13 @@ func TestScan(t *testing.T) {
 		{in: `{"spec":{"template":{"resources":{"limits":{"cpu":"1\u00653000"}}}}}`, containers: 5, values: 6, quantities: 1, unbounded: "spec.template.resources.limits.cpu"},
 		{in: `{"metadata":{"annotations":{"barcontroller.dev/v1-template-resources":"{\"limits\":{\"cpu\":\"1\"}}"}}}`, containers: 5, values: 7, quantities: 1},
 		{in: `{"metadata":{"annotations":{"barcontroller.dev/v1-template-resources":"{\"annotation\":\"x\",\"resources\":{\"requests\":{\"a\":\"1\",\"b\":\"2\"}}}"}}}`, containers: 6, values: 12, quantities: 2},
+		// Twelfth review, C3: the escape is undone in the annotation's
+		// contents, which are still weighed.
+		{in: `{"metadata":{"annotations":{"barcontroller.dev/v1-template-resources":"{\"claims\":[{\"name\":\"\u2028\"},{}]}"}}}`, containers: 7, values: 7},
+		{in: `{"metadata":{"creationTimestamp":"2026-01-02T03:04:05.123456789+01:00"}}`, containers: 2, values: 3},
 		{in: `{"metadata":{"annotations":{"barcontroller.dev/v1-template-resources":"not json"}}}`, containers: 3, values: 4},
 	} {
-		s, err := scan([]byte(tc.in), nil)
+		s, err := scan([]byte(tc.in), nil, true)
 		if err != nil {
 			t.Errorf("%s: %v", tc.in, err)
 			continue
@@ -230,8 +234,12 @@ func TestScan(t *testing.T) {
 				tc.in, s.containers, s.values, s.quantities, s.unbounded, tc.containers, tc.values, tc.quantities, tc.unbounded)
 		}
 	}
-	for _, in := range []string{``, `{`, "\"\xff\"", `{"a":"` + "\xed\xa0\x80" + `"}`, "\"a\u2028\"", "[\"\u2029\"]", `{"a"}`, `{"a":}`, `[1,]`, `[1 2]`, `"abc`, `{} {}`, `{"a":1,}`, strings.Repeat("[", maxDepth+2) + strings.Repeat("]", maxDepth+2)} {
-		if _, err := scan([]byte(in), nil); err == nil {
+	for _, in := range []string{``, `{`, "\"\xff\"", `{"a":"` + "\xed\xa0\x80" + `"}`, "\"a\u2028\"", "[\"\u2029\"]",
+		// Twelfth review, C2: a time's or a number's decoding error quotes it.
+		`{"metadata":{"creationTimestamp":"2026-01-02T03:04:05Z` + strings.Repeat("é", 32) + `"}}`,
+		`{"status":{"conditions":[{"lastTransitionTime":"` + strings.Repeat("1", 65) + `"}]}}`,
+		`{"spec":{"replicas":` + strings.Repeat("1", 65) + `}}`, `{"a"}`, `{"a":}`, `[1,]`, `[1 2]`, `"abc`, `{} {}`, `{"a":1,}`, strings.Repeat("[", maxDepth+2) + strings.Repeat("]", maxDepth+2)} {
+		if _, err := scan([]byte(in), nil, true); err == nil {
 			t.Errorf("%.40q: no error, want one", in)
 		}
 	}

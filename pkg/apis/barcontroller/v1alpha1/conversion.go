@@ -184,9 +184,12 @@ func AnnotationJSON(v any) (string, error) {
 // hasUnboundedQuantity says whether encoded, in either form fromAnnotation
 // reads, has a quantity that barcontroller.BoundedQuantity refuses, or is
 // not resources in either form at all: each quantity stays raw bytes
-// here, and nothing is parsed. It reads as the strict decoding after it
-// does (case-sensitive, the last of duplicate keys), so that no quantity
-// it did not see is parsed there; where it fails, so would that.
+// here, and nothing is parsed. It reads case-sensitively, as the strict
+// decoding after it does, and refuses a key twice in one object: that
+// decoding parses every value of a repeated key before it reports it, and
+// a map keeps only the last, so "cpu" twice, unbounded and then "1", got
+// the unbounded one parsed (issue 39, twelfth review, C1). Where this
+// fails, so would that decoding: not resources.
 func hasUnboundedQuantity(encoded string) bool {
 	type quantities struct {
 		Limits   map[string]json.RawMessage `json:"limits"`
@@ -196,7 +199,7 @@ func hasUnboundedQuantity(encoded string) bool {
 		quantities
 		Resources *quantities `json:"resources"`
 	}
-	if sigsjson.UnmarshalCaseSensitivePreserveInts([]byte(encoded), &raw) != nil {
+	if strict, err := sigsjson.UnmarshalStrict([]byte(encoded), &raw, sigsjson.DisallowDuplicateFields); err != nil || len(strict) > 0 {
 		return true
 	}
 	unbounded := func(q *quantities) bool {

@@ -231,6 +231,16 @@ func TestFromV1alpha1(t *testing.T) {
 		annotation: ptr.To(strings.TrimSuffix(longQuantity, "}") + `,"requests":5}`),
 		want:       hubWith(none, ptr.To(strings.TrimSuffix(longQuantity, "}")+`,"requests":5}`)),
 	}, {
+		// Twelfth review, C1: a map keeps the last of a repeated key;
+		// the strict decoding parsed both.
+		name:       "an unbounded quantity, then the same key bounded: kept, never parsed",
+		annotation: ptr.To(`{"limits":{"cpu":"1111111111111111111e30000000","cpu":"1"}}`),
+		want:       hubWith(none, ptr.To(`{"limits":{"cpu":"1111111111111111111e30000000","cpu":"1"}}`)),
+	}, {
+		name:       "the same in the carried form, and limits twice: kept",
+		annotation: ptr.To(`{"annotation":"a","resources":{"limits":{"cpu":"1e-99999999"},"limits":null}}`),
+		want:       hubWith(none, ptr.To(`{"annotation":"a","resources":{"limits":{"cpu":"1e-99999999"},"limits":null}}`)),
+	}, {
 		name:       "a long quantity beside a key in another case: kept",
 		annotation: ptr.To(strings.TrimSuffix(longQuantity, "}") + `,"LIMITS":null}`),
 		want:       hubWith(none, ptr.To(strings.TrimSuffix(longQuantity, "}")+`,"LIMITS":null}`)),
