@@ -28,8 +28,6 @@ import (
 	kjson "k8s.io/apimachinery/pkg/runtime/serializer/json"
 
 	"github.com/barcontroller/bar-controller/pkg/apis/barcontroller"
-	barv1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1"
-	"github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1alpha1"
 )
 
 // The budget counts bodies, on the assumption that converting a review
@@ -322,38 +320,6 @@ func (sc *scanner) skip() error {
 
 var lineSeparator, paragraphSeparator = []byte("\u2028"), []byte("\u2029")
 
-// servedVersions are the versions of the API the webhook converts from.
-var servedVersions = map[string]bool{barv1.SchemeGroupVersion.Version: true, v1alpha1.SchemeGroupVersion.Version: true}
-
-// nested is whether the strings at path travel as a string in a string
-// when converted, each " and \ escaped once more: the resources, which
-// v1alpha1 carries as JSON in ResourcesAnnotation, and the annotation
-// itself, which v1alpha1 carries inside its own form when a v1 Bar has
-// it (v1alpha1.AnnotationJSON). They are weighed twice.
-func nested(path []string) bool {
-	return isResourcesAnnotation(path) ||
-		len(path) >= 3 && path[0] == "spec" && path[1] == "template" && path[2] == "resources"
-}
-
-// maxPathKey is the longest of pathKeys.
-const maxPathKey = len(v1alpha1.ResourcesAnnotation)
-
-// pathKeys are the keys the paths below look for.
-var pathKeys = [...]string{"metadata", "managedFields", "fieldsV1", "annotations", "spec", "template", "resources", "limits", "requests", v1alpha1.ResourcesAnnotation,
-	"creationTimestamp", "deletionTimestamp", "time", "status", "conditions", "lastTransitionTime"}
-
-// isTime is whether the value at path is a metav1.Time of a Bar.
-func isTime(path []string) bool {
-	switch len(path) {
-	case 2:
-		return path[0] == "metadata" && (path[1] == "creationTimestamp" || path[1] == "deletionTimestamp")
-	case 4:
-		return path[0] == "metadata" && path[1] == "managedFields" && path[3] == "time" ||
-			path[0] == "status" && path[1] == "conditions" && path[3] == "lastTransitionTime"
-	}
-	return false
-}
-
 // name is key (a string as in the JSON) as a path element: the keys the
 // paths above look for, and a resource's name under limits or requests;
 // "" for any other, which matters to nothing here (and costs nothing).
@@ -412,37 +378,6 @@ func (sc *scanner) scalar(raw []byte) {
 	if sc.s.unbounded == "" && !barcontroller.BoundedQuantity(string(raw)) {
 		sc.s.unbounded = strings.Join(sc.path, ".")
 	}
-}
-
-// opaque is whether the value at path is one the Go types keep as raw
-// JSON: a managedFields entry's fieldsV1 (metav1.FieldsV1).
-func opaque(path []string) bool {
-	return len(path) == 4 && path[0] == "metadata" && path[1] == "managedFields" && path[3] == "fieldsV1"
-}
-
-// annotationRoot is the root of the JSON in v1alpha1's
-// ResourcesAnnotation.
-const annotationRoot = "(" + v1alpha1.ResourcesAnnotation + ")"
-
-func isResourcesAnnotation(path []string) bool {
-	return len(path) == 3 && path[0] == "metadata" && path[1] == "annotations" && path[2] == v1alpha1.ResourcesAnnotation
-}
-
-// isQuantity is whether the value at path is a resource.Quantity: one of
-// v1's spec.template.resources.limits or .requests, or of the resources in
-// v1alpha1's ResourcesAnnotation (either of its forms).
-func isQuantity(path []string) bool {
-	switch {
-	case len(path) == 5 && path[0] == "spec" && path[1] == "template" && path[2] == "resources":
-		path = path[3:]
-	case len(path) == 3 && path[0] == annotationRoot:
-		path = path[1:]
-	case len(path) == 4 && path[0] == annotationRoot && path[1] == "resources":
-		path = path[2:]
-	default:
-		return false
-	}
-	return path[0] == "limits" || path[0] == "requests"
 }
 
 // weigh is the weight of a review's objects, or why one of them cannot be
