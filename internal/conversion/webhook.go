@@ -116,7 +116,7 @@ func (c *Converter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			refuseBusy(w)
 			return
 		}
-		review.Response = c.Convert(review.Request)
+		review.Response = c.convert(review.Request)
 	}
 	result := metrics.ConversionSuccess
 	if review.Response.Result.Status != metav1.StatusSuccess {
@@ -160,10 +160,12 @@ func (c *Converter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	metrics.RecordConversion(result, objects, time.Since(start))
 }
 
-// Convert answers one request: every object converted, or a failure that
+// convert answers one request: every object converted, or a failure that
 // says which object and why (the API server then fails the client's
-// request with that message).
-func (c *Converter) Convert(req *apiextensionsv1.ConversionRequest) *apiextensionsv1.ConversionResponse {
+// request with that message). Its objects must have been weighed (weigh):
+// that refuses what decoding would spend without bound on, so convert is
+// not an entry point of its own.
+func (c *Converter) convert(req *apiextensionsv1.ConversionRequest) *apiextensionsv1.ConversionResponse {
 	resp := &apiextensionsv1.ConversionResponse{UID: req.UID}
 	target, err := schema.ParseGroupVersion(req.DesiredAPIVersion)
 	if err != nil || target.Group != barcontroller.GroupName || !c.scheme.IsVersionRegistered(target) {
