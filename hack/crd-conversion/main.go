@@ -100,7 +100,9 @@ func addConversion(path string) error {
 }
 
 // limitQuantities gives the quantities of v1's spec.template.resources a
-// maxLength and an exponent of at most two digits
+// maxLength and an exponent of at most two digits, and its limits and
+// requests at most barcontroller.MaxResources names of at most
+// barcontroller.MaxResourceNameBytes
 // (barcontroller.BoundedQuantity says why: what a quantity costs to parse
 // and write grows with its digits and its exponent, in every conversion
 // and in the controller). controller-gen has no marker for a map's values
@@ -138,6 +140,13 @@ func limitQuantities(crd *apiextensionsv1.CustomResourceDefinition) error {
 			// the map's value, shares it.
 			p.AdditionalProperties.Schema.MaxLength = ptr.To[int64](barcontroller.MaxQuantityBytes)
 			p.AdditionalProperties.Schema.Pattern = barcontroller.QuantityPattern
+			// p is a copy: what is set on p itself is written back.
+			p.MaxProperties = ptr.To[int64](barcontroller.MaxResources)
+			p.XValidations = apiextensionsv1.ValidationRules{{
+				Rule:    fmt.Sprintf("self.all(name, size(name) <= %d)", barcontroller.MaxResourceNameBytes),
+				Message: fmt.Sprintf("a resource name is at most %d bytes", barcontroller.MaxResourceNameBytes),
+			}}
+			resources.Properties[list] = p
 		}
 		return nil
 	}

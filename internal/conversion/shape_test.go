@@ -103,10 +103,13 @@ func TestWeightBoundsTheCost(t *testing.T) {
 		name, to string
 		object   string
 	}{
-		{"conditions {}", "v1", replaceOnce(t, storedAlphaBar, `"conditions":[`, `"conditions":[`+empties(size/3)+",")},
-		{"managedFields {}", "v1", replaceOnce(t, storedAlphaBar, `"managedFields":[`, `"managedFields":[`+empties(size/3)+",")},
-		{"ownerReferences {}", "v1", replaceOnce(t, storedAlphaBar, `"name":"web",`, `"name":"web","ownerReferences":[`+empties(size/3)+"],")},
-		{"claims {}", "v1alpha1", replaceOnce(t, storedV1Bar, `"resources":{`, `"resources":{"claims":[`+empties(size/3)+"],")},
+		{"conditions {}", "v1", replaceOnce(t, storedAlphaBar, `"conditions":[`, `"conditions":[`+empties(size/6)+",")},
+		{"managedFields {}", "v1", replaceOnce(t, storedAlphaBar, `"managedFields":[`, `"managedFields":[`+empties(size/6)+",")},
+		{"ownerReferences {}", "v1", replaceOnce(t, storedAlphaBar, `"name":"web",`, `"name":"web","ownerReferences":[`+empties(size/6)+"],")},
+		{"claims {}", "v1alpha1", replaceOnce(t, storedV1Bar, `"resources":{`, `"resources":{"claims":[`+empties(size/6)+"],")},
+		{"conditions null", "v1", replaceOnce(t, storedAlphaBar, `"conditions":[`, `"conditions":[`+list(size/5, func(int) string { return "null" })+",")},
+		{"ownerReferences null", "v1", replaceOnce(t, storedAlphaBar, `"name":"web",`, `"name":"web","ownerReferences":[`+list(size/5, func(int) string { return "null" })+"],")},
+		{"finalizers null", "v1", replaceOnce(t, storedAlphaBar, `"name":"web",`, `"name":"web","finalizers":[`+list(size/5, func(int) string { return "null" })+"],")},
 		{`finalizers ""`, "v1", replaceOnce(t, storedAlphaBar, `"name":"web",`, `"name":"web","finalizers":[`+list(size/3, func(int) string { return `""` })+"],")},
 		{"labels", "v1", replaceOnce(t, storedAlphaBar, `"labels":{`, `"labels":{`+list(size/10, func(i int) string { return fmt.Sprintf(`"%x":""`, i) })+",")},
 		{"limits", "v1alpha1", replaceOnce(t, storedV1Bar, `"limits":{`, `"limits":{`+list(size/12, func(i int) string { return fmt.Sprintf(`"%x":"1"`, i) })+",")},
@@ -117,30 +120,7 @@ func TestWeightBoundsTheCost(t *testing.T) {
 		{`the annotation in v1, of '"' and escaped U+2028`, "v1alpha1", replaceOnce(t, storedV1Bar, `"labels":{`, `"annotations":{"barcontroller.dev/v1-template-resources":"`+strings.Repeat(`\"\\\u2028`, size/10)+`"},"labels":{`)},
 	}
 	perWeight := func(name, to string, objects ...string) float64 {
-		t.Helper()
-		var weight int64
-		for _, o := range objects {
-			s, err := shapeOf([]byte(o))
-			if err != nil {
-				t.Fatalf("%s: %v", name, err)
-			}
-			weight += s.weight()
-		}
-		rec, allocated := serveReview(t, reviewOf(to, objects...))
-		if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `"status":"Success"`) {
-			t.Fatalf("%s: %d: %.300s", name, rec.Code, rec.Body.String())
-		}
-		// The answer is memory too, counted in the allocation above. An
-		// empty condition comes back with its fields written out (about
-		// 70 bytes for a weight of 32 and 3 bytes), no string grows
-		// (what travels nested weighs twice; invalid UTF-8 and raw
-		// U+2028 are refused): at most three times the weight.
-		if got := int64(rec.Body.Len()); got > 3*weight {
-			t.Errorf("%s: an answer of %d bytes for a weight of %d, want at most three times it", name, got, weight)
-		}
-		ratio := float64(allocated) / float64(weight)
-		t.Logf("%-24s weight %8d (%5.1f times the bytes), allocated %5.1f times the weight", name, weight, float64(weight)/float64(len(strings.Join(objects, ","))), ratio)
-		return ratio
+		return costPerWeight(t, name, to, true, objects...)
 	}
 	var floor float64
 	for _, b := range bars {
@@ -151,6 +131,48 @@ func TestWeightBoundsTheCost(t *testing.T) {
 			t.Errorf("%s: converting allocated %.1f times its weight, want at most %.1f (twice the Bars')", s.name, got, 2*floor)
 		}
 	}
+	// A value of the wrong type in an array fails the decoding, after
+	// the elements before it were decoded: it costs no more.
+	wrong := replaceOnce(t, storedAlphaBar, `"conditions":[`, `"conditions":[`+list(size/5, func(int) string { return "{}" })+",0,")
+	if got := costPerWeight(t, "conditions {}, then 0", "v1", false, wrong); got > 2*floor {
+		t.Errorf("a wrong type after many elements: converting allocated %.1f times its weight, want at most %.1f (twice the Bars')", got, 2*floor)
+	}
+}
+
+// costPerWeight serves a review of objects, converted to version to, and
+// returns what it allocated per weight; it fails the test unless the
+// review succeeds (or fails, with !succeed) with an answer of at most
+// three times the weight.
+func costPerWeight(t *testing.T, name, to string, succeed bool, objects ...string) float64 {
+	t.Helper()
+	var weight int64
+	for _, o := range objects {
+		s, err := shapeOf([]byte(o))
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		weight += s.weight()
+	}
+	rec, allocated := serveReview(t, reviewOf(to, objects...))
+	want := `"status":"Success"`
+	if !succeed {
+		want = `"status":"Failure"`
+	}
+	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), want) {
+		t.Fatalf("%s: %d: %.300s", name, rec.Code, rec.Body.String())
+	}
+	// The answer is memory too, counted in the allocation above. An
+	// empty condition comes back with its fields written out (about
+	// 70 bytes for a weight of 64 and 3 bytes, or of 40 and 5 for a
+	// null), no string grows
+	// (what travels nested weighs twice; invalid UTF-8 and raw
+	// U+2028 are refused): at most three times the weight.
+	if got := int64(rec.Body.Len()); got > 3*weight {
+		t.Errorf("%s: an answer of %d bytes for a weight of %d, want at most three times it", name, got, weight)
+	}
+	ratio := float64(allocated) / float64(weight)
+	t.Logf("%-24s weight %8d (%5.1f times the bytes), allocated %5.1f times the weight", name, weight, float64(weight)/float64(len(strings.Join(objects, ","))), ratio)
+	return ratio
 }
 
 // The review of C1 itself: a review too heavy for the largest part of the

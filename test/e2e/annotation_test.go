@@ -18,6 +18,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -87,6 +88,8 @@ func TestResourcesAnnotation(t *testing.T) {
 			{"alpha-garbage", `not json`, "must be spec.template.resources in JSON"},
 			{"alpha-nothing", `{}`, "must be spec.template.resources in JSON"},
 			{"alpha-unknown", `{"limits":{"cpu":"1"},"cpu":"1"}`, "must be spec.template.resources in JSON"},
+			{"alpha-many-limits", `{"limits":{` + manyResources(33, 2) + `}}`, "at most 32 names in limits and in requests"},
+			{"alpha-long-name", `{"requests":{` + manyResources(1, 318) + `}}`, "a resource name is at most 317 bytes"},
 		} {
 			_, err := alpha.Create(ctx, alphaBar(tc.name, tc.value), metav1.CreateOptions{})
 			wantRefused(t, "a v1alpha1 create with "+tc.value, err, tc.want)
@@ -292,4 +295,15 @@ func ignoreInvalid(err error) error {
 		return nil
 	}
 	return err
+}
+
+// manyResources is n entries of a resource list, each named by nameBytes
+// bytes, as JSON members.
+func manyResources(n, nameBytes int) string {
+	entries := make([]string, n)
+	for i := range entries {
+		name := fmt.Sprintf("r%d", i)
+		entries[i] = fmt.Sprintf("%q:%q", name+strings.Repeat("x", max(0, nameBytes-len(name))), "1")
+	}
+	return strings.Join(entries, ",")
 }

@@ -86,6 +86,13 @@ func TestAdmissionRejectsBadBars(t *testing.T) {
 			[]string{"spec.template.resources.requests.cpu", "64"}},
 		{"a quantity with an exponent of more than two digits", `"spec": {"deployment": {"name": "web"}, "template": {"resources": {"limits": {"memory": "1111111111111111111e30000000"}}}}`,
 			[]string{"spec.template.resources.limits.memory", "should match"}},
+		// Each entry of limits and requests weighs in the webhook's budget,
+		// and converted to v1alpha1 they are an annotation, which the API
+		// server bounds (barcontroller.MaxResources).
+		{"more than 32 limits", `"spec": {"deployment": {"name": "web"}, "template": {"resources": {"limits": {` + resourceList(33, 2) + `}}}}`,
+			[]string{"spec.template.resources.limits", "32"}},
+		{"a resource name of more than 317 bytes", `"spec": {"deployment": {"name": "web"}, "template": {"resources": {"requests": {` + resourceList(1, 318) + `}}}}`,
+			[]string{"spec.template.resources.requests", "at most 317 bytes"}},
 		{"unknown field", `"spec": {"deployment": {"name": "web"}, "replicaz": 2}`,
 			[]string{`unknown field "spec.replicaz"`}},
 		{"a v1alpha1 field in v1", `"spec": {"deployment": {"name": "web"}, "deploymentName": "web"}`,
@@ -127,6 +134,17 @@ func TestAdmissionRejectsBadBars(t *testing.T) {
 			t.Errorf("defaults: replicas %v image %q, want 1 and %q", bar.Spec.Replicas, bar.Spec.Template.Image, barv1.DefaultImage)
 		}
 	})
+}
+
+// resourceList is n entries of a resource list, each named by nameBytes
+// bytes, as JSON members.
+func resourceList(n, nameBytes int) string {
+	entries := make([]string, n)
+	for i := range entries {
+		name := fmt.Sprintf("r%d", i)
+		entries[i] = fmt.Sprintf("%q: \"1\"", name+strings.Repeat("x", max(0, nameBytes-len(name))))
+	}
+	return strings.Join(entries, ", ")
 }
 
 func TestCreateConvergesAndScales(t *testing.T) {

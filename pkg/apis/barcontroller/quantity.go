@@ -35,6 +35,19 @@ const (
 	// QuantityPattern is resource.Quantity's grammar, as controller-gen
 	// writes it in the CRD, with an exponent of one or two digits.
 	QuantityPattern = `^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?[0-9]{1,2}))?$`
+	// MaxResources bounds the entries of v1's spec.template.resources
+	// limits and requests, and MaxResourceNameBytes their names (a
+	// qualified name: a DNS subdomain of 253 bytes, a slash and 63): the
+	// CRD's maxProperties and a validation rule. Without them a Bar the
+	// API server accepts could carry 90,000 limits in 922 KB; its weight
+	// in the webhook's budget (48 bytes an entry) is then 4.7 times its
+	// bytes, more than the largest review (refused alone), and converted
+	// to v1alpha1 its resources annotation passes the API server's
+	// 256 KiB for all annotations: the one Bar fails every v1alpha1 list
+	// in the cluster (issue 39, thirteenth review, M1). A container has a
+	// handful of resources; 32 is several times any real one.
+	MaxResources         = 32
+	MaxResourceNameBytes = 253 + 1 + 63
 )
 
 // BoundedQuantity says whether s, a quantity as it is written in JSON (a
