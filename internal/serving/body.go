@@ -60,6 +60,7 @@ const (
 func bodyDeadline(endpoint string, readTimeout, grace time.Duration, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		markServed(r.Context())
+		startBody(r.Context(), r.ContentLength)
 		if r.ContentLength == 0 || r.Body == nil || r.Body == http.NoBody {
 			h.ServeHTTP(w, r)
 			return
@@ -126,4 +127,20 @@ func (b *pacedBody) Read(p []byte) (int, error) {
 		metrics.RecordSlowBody(b.endpoint)
 	}
 	return n, err
+}
+
+// requireLength answers 411, and closes the connection, for a request whose
+// body has no declared length (chunked): the API server declares its
+// reviews', and without it the header count cannot tell where the body
+// ends and a pipelined request begins (headerConn).
+func requireLength(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength < 0 {
+			w.Header().Set("Connection", "close")
+			http.Error(w, "Length Required: a body must declare its length", http.StatusLengthRequired)
+			_ = http.NewResponseController(w).SetReadDeadline(time.Now())
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }

@@ -38,16 +38,30 @@ const (
 
 type connKey struct{}
 
+type headerConnKey struct{}
+
 // connContext remembers a request's connection in its context
-// (http.Server.ConnContext), so that the handler can mark it served.
+// (http.Server.ConnContext), so that the handler can mark it served, and
+// tell the header count where the body ends (startBody).
 func connContext(ctx context.Context, c net.Conn) context.Context {
-	if nc, ok := c.(interface{ NetConn() net.Conn }); ok { // *tls.Conn
+	if hc, ok := c.(*headerConn); ok {
+		ctx = context.WithValue(ctx, headerConnKey{}, hc)
+	}
+	if nc, ok := c.(interface{ NetConn() net.Conn }); ok { // *headerConn, *tls.Conn
 		c = nc.NetConn()
 	}
 	if lc, ok := c.(*limitedConn); ok {
 		return context.WithValue(ctx, connKey{}, lc)
 	}
 	return ctx
+}
+
+// startBody tells the request's header count the length of its body
+// (headerConn.startBody).
+func startBody(ctx context.Context, declared int64) {
+	if hc, ok := ctx.Value(headerConnKey{}).(*headerConn); ok {
+		hc.startBody(declared)
+	}
 }
 
 // markServed records that a request on the connection reached a handler:
@@ -87,7 +101,10 @@ func markIdle(c net.Conn, state http.ConnState) {
 	if state != http.StateIdle {
 		return
 	}
-	if nc, ok := c.(interface{ NetConn() net.Conn }); ok { // *tls.Conn
+	if hc, ok := c.(*headerConn); ok {
+		hc.nextRequest()
+	}
+	if nc, ok := c.(interface{ NetConn() net.Conn }); ok { // *headerConn, *tls.Conn
 		c = nc.NetConn()
 	}
 	if lc, ok := c.(*limitedConn); ok {

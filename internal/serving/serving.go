@@ -187,7 +187,9 @@ func Listen(ctx context.Context, name, addr string, h http.Handler, tlsConfig *t
 	for _, o := range opts {
 		o(&set)
 	}
-	if !set.bodies {
+	if set.bodies {
+		h = requireLength(h)
+	} else {
 		h = refuseBodies(h)
 	}
 	srv.Handler = bodyDeadline(name, srv.ReadTimeout, set.bodyGrace, h)
@@ -207,6 +209,8 @@ func Listen(ctx context.Context, name, addr string, h http.Handler, tlsConfig *t
 	if tlsConfig != nil {
 		l, scheme = tls.NewListener(l, tlsConfig), "https"
 	}
+	// Above TLS, where the headers' lines can be counted (MaxHeaderLines).
+	l = headerListener{Listener: l, logf: srv.ErrorLog.Printf}
 	logger.Info("Serving", "endpoint", name, "address", bound.String(), "scheme", scheme)
 	go func() {
 		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
