@@ -127,7 +127,12 @@ func (c *headerConn) Read(p []byte) (int, error) {
 		c.failed = errTooManyHeaderLines
 		return 0, c.failed
 	}
-	if c.body >= 0 && c.after > c.body {
+	// One byte past the body is the next request's, read by net/http's
+	// background read (connReader.backgroundRead, one byte) when the
+	// caller sends it as soon as the answer arrives, before net/http has
+	// called that read off: no pipelining, and what the API server does
+	// on a kept-alive connection. More is a read ahead.
+	if c.body >= 0 && c.after > c.body+1 {
 		// The bytes are handed on (net/http may serve a pipelined
 		// request already read, at most its 4 KiB buffer); the next
 		// read fails.

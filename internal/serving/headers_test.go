@@ -144,3 +144,38 @@ func TestBodiesDeclareTheirLength(t *testing.T) {
 		t.Errorf("a body of declared length: answers %v, want [200]", got)
 	}
 }
+
+// A caller that sends its next request as soon as it has read an answer
+// is not pipelining, though net/http's background read may take the next
+// request's first byte before the answer's end is recorded, as the API
+// server's conversions on a kept-alive connection did (TestUpgradeFromV1alpha1Release
+// got an EOF): every request is answered.
+func TestKeptAliveRequestsAreNotPipelined(t *testing.T) {
+	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		fmt.Fprint(w, "ok")
+	})
+	addr, _ := listenFor(t, ok, WithBodies(), withReadHeaderTimeout(time.Hour))
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetReadDeadline(time.Now().Add(hangBound))
+	r := bufio.NewReader(conn)
+	const n = 500
+	for i := range n {
+		req := request(3)
+		if i%2 == 1 {
+			req = "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc"
+		}
+		if _, err := io.WriteString(conn, req); err != nil {
+			t.Fatalf("request %d of %d: %v", i+1, n, err)
+		}
+		resp, err := http.ReadResponse(r, nil)
+		if err != nil {
+			t.Fatalf("request %d of %d, each sent after the answer before it: %v", i+1, n, err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+	}
+}
