@@ -42,8 +42,10 @@ func TestMakeRunServesConversion(t *testing.T) {
 		t.Fatal(err)
 	}
 	localUp := filepath.Join(t.TempDir(), "local-up")
-	build := exec.Command("go", "build", "-o", localUp, "./hack/local-up")
+	// With make run's flags: its compile is the controller's.
+	build := exec.Command("go", "build", "-trimpath", "-o", localUp, "./hack/local-up")
 	build.Dir = root
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build ./hack/local-up: %v\n%s", err, out)
 	}

@@ -146,12 +146,12 @@ func makeRelease(t *testing.T, reg *countingRegistry, cosign string) *release {
 	rel := &release{dir: filepath.Join(dir, "release"), pub: filepath.Join(dir, "cosign.pub"),
 		images: map[string]v1.Hash{}, blobs: map[string][]v1.Hash{}}
 	start := time.Now()
-	cmd := exec.CommandContext(t.Context(), "go", "run", "./hack/release",
+	cmd := exec.CommandContext(t.Context(), "go", "run", "-trimpath", "./hack/release",
 		"--version="+releaseVersion, "--registry="+reg.repo.String(), "--out="+rel.dir,
 		"--kubectl="+filepath.Join(os.Getenv(localcluster.BinDirEnv), "kubectl"),
 		"--cosign="+cosign, "--cosign-key="+filepath.Join(dir, "cosign.key"))
 	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "COSIGN_PASSWORD=")
+	cmd.Env = append(os.Environ(), "COSIGN_PASSWORD=", "CGO_ENABLED=0") // make release's flags
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("hack/release: %v\n%s", err, out)
