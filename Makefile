@@ -56,11 +56,6 @@ traces: build ## Rerun the scenarios of docs/informer-traces.md and the exercise
 # rest: its Pods get the CPU shares of their requests (100m), and a compile
 # or another real-cluster suite beside them starves their probes.
 #
-# go test vets each package before testing it; -vet=all runs every
-# analyzer, as hack/verify-lint.sh's go vet does, rather than go test's
-# few: a finding fails make test, and CI's go vet then finds each package's
-# vet in the build cache instead of doing it again with other flags.
-#
 # The package list is taken into a variable of its own first: as an
 # argument, a go list that fails would leave go test with fewer packages
 # (with none, only the current directory's), and errexit does not see the
@@ -80,8 +75,8 @@ test: ## Run all tests (unit, real control plane, real node, chart, alerts, rele
 	while IFS='=' read -r k v; do export "$$k=$$v"; done <<<"$$deps"; \
 	export BAR_REQUIRE_INTEGRATION=1 BAR_REQUIRE_HELM=1 BAR_REQUIRE_COSIGN=1 BAR_REQUIRE_PROMTOOL=1; \
 	pkgs="$$(go list ./... | grep -v /test/node)"; \
-	go test -race -vet=all -count=1 -timeout=30m $$pkgs; \
-	go test -race -vet=all -count=1 -timeout=20m ./test/node
+	go test -race -count=1 -timeout=30m $$pkgs; \
+	go test -race -count=1 -timeout=20m ./test/node
 
 .PHONY: test-unit
 test-unit: ## Run only the unit tests (fake clients; seconds, nothing to build).

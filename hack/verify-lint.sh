@@ -17,10 +17,7 @@ fi
 # dependencies compiled; with make test's flags (-race) those are the
 # compile make test already made of every package, where with the
 # release's flags it shared only the binary's dependencies and compiled
-# the tests' again. make test runs every analyzer too (go test -vet=all),
-# so that after it this finds each package's vet, and its dependencies'
-# facts, in the build cache (docs/measurements.md, "A first CI under an
-# hour").
+# the tests' again (docs/measurements.md, "A first CI under an hour").
 # Under -race the files built only without it are not vetted: they are,
 # with the release's flags, whose compile the release already made.
 go vet -race ./...
