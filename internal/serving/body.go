@@ -60,7 +60,11 @@ const (
 func bodyDeadline(endpoint string, readTimeout, grace time.Duration, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		markServed(r.Context())
-		startBody(r.Context(), r.ContentLength)
+		if startBody(r.Context(), r.ContentLength) {
+			w.Header().Set("Connection", "close")
+			http.Error(w, "Bad Request: a request sent before the answer to the one before it", http.StatusBadRequest)
+			return
+		}
 		if r.ContentLength == 0 || r.Body == nil || r.Body == http.NoBody {
 			h.ServeHTTP(w, r)
 			return

@@ -57,11 +57,14 @@ func connContext(ctx context.Context, c net.Conn) context.Context {
 }
 
 // startBody tells the request's header count the length of its body
-// (headerConn.startBody).
-func startBody(ctx context.Context, declared int64) {
-	if hc, ok := ctx.Value(headerConnKey{}).(*headerConn); ok {
-		hc.startBody(declared)
+// (headerConn.startBody), and says whether the request was sent before
+// the answer to the one before it: read ahead, its lines uncounted.
+func startBody(ctx context.Context, declared int64) (pipelined bool) {
+	hc, ok := ctx.Value(headerConnKey{}).(*headerConn)
+	if !ok {
+		return false
 	}
+	return hc.startBody(declared)
 }
 
 // markServed records that a request on the connection reached a handler:

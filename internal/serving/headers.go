@@ -170,13 +170,21 @@ func (c *headerConn) count(b []byte) bool {
 // startBody tells the connection the length of the body of the request in
 // the handler (0 for none, -1 for one of unknown length: chunked, which
 // bodyDeadline refuses where bodies are taken).
-func (c *headerConn) startBody(declared int64) {
+//
+// It returns whether this request itself was read ahead: the connection
+// had already found a request sent too early, and net/http took this one
+// from its buffer (at most 4 KiB) without reading, so without a count.
+func (c *headerConn) startBody(declared int64) (pipelined bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.failed == errPipelined {
+		return true
+	}
 	c.body = declared
 	if declared >= 0 && c.after > declared && c.failed == nil {
 		c.failed = errPipelined
 	}
+	return false
 }
 
 // nextRequest readies the connection for the next request's headers,

@@ -130,6 +130,23 @@ func TestPipelinedRequestsCloseTheConnection(t *testing.T) {
 	}
 }
 
+// "OPTIONS *" is no way around it: net/http answered it itself, without
+// the handler that tells the count where the request ends, and a request
+// sent behind it was read ahead and served with 696 header lines (a
+// fourteenth review).
+func TestOptionsStarIsCountedToo(t *testing.T) {
+	var most int
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		most = max(most, len(r.Header))
+		fmt.Fprint(w, "ok")
+	})
+	addr, _ := listenFor(t, h, withReadHeaderTimeout(time.Hour))
+	got := answers(t, addr, "OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n"+request(300), 2) // 3.3 KiB: read ahead whole, in net/http's 4 KiB
+	if most > MaxHeaderLines {
+		t.Errorf("answers %v; a handler saw %d headers, want at most %d", got, most, MaxHeaderLines)
+	}
+}
+
 // Where bodies are taken, a body must declare its length: the API server's
 // reviews do, and without it the count cannot tell where a body ends.
 func TestBodiesDeclareTheirLength(t *testing.T) {

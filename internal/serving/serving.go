@@ -177,8 +177,12 @@ func Listen(ctx context.Context, name, addr string, h http.Handler, tlsConfig *t
 		// that bound what one source holds. (The TLS configurations set
 		// no NextProtos either; this says it to net/http too.)
 		TLSNextProto: map[string]func(*http.Server, *tls.Conn, http.Handler){},
-		BaseContext:  func(net.Listener) context.Context { return base },
-		ConnContext:  connContext,
+		// "OPTIONS *" goes to the handler like any request: net/http's own
+		// answer to it skips bodyDeadline, and so the header count's
+		// check for a request read ahead (headerConn.startBody).
+		DisableGeneralOptionsHandler: true,
+		BaseContext:                  func(net.Listener) context.Context { return base },
+		ConnContext:                  connContext,
 		// Tells the connection limits which connections are idle, and may
 		// give way to a new one.
 		ConnState: markIdle,
