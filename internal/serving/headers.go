@@ -32,7 +32,9 @@ import (
 // connections took the conversion-only Pod from 27 to 187 MiB (issue 39,
 // thirteenth review, C2). The API server, the kubelet and Prometheus send
 // ten or so; a request with more is answered 400 and its connection
-// closed, before net/http has parsed any of it.
+// closed, before net/http has parsed any of it. One sent before the
+// answer to the one before it is parsed uncounted from net/http's buffer
+// (4 KiB at most), and answered 400 before any handler (startBody).
 const MaxHeaderLines = 64
 
 var (
