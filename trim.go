@@ -19,13 +19,16 @@ package main
 import (
 	"bytes"
 	"maps"
+	"slices"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 
 	"github.com/barcontroller/bar-controller/internal/intern"
+	"github.com/barcontroller/bar-controller/pkg/apis/barcontroller"
 	barv1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1"
 )
 
@@ -52,12 +55,17 @@ var interned = intern.NewTable(4096,
 	barv1.ReasonProgressDeadlineExceeded, barv1.ReasonRenaming, barv1.ReasonDeploymentNotOwned, barv1.ReasonApplyFailed,
 	string(appsv1.DeploymentProgressing))
 
-// trimBar is the Bar informer's transform. It drops managedFields (the
-// controller never reads a Bar's, and they are often a third of an
-// object's size) and annotations (nothing reads them either, and a Bar
-// made by kubectl apply carries its whole last-applied configuration in
-// one), and shares the strings every Bar repeats (interned.ObjectMeta). The
-// labels stay: small, and what a reader of a Bar would look for first.
+// trimBar is the Bar informer's transform. It keeps of the metadata the
+// identity and the deletion mark, and of the status conditions the Ready
+// one: all the controller reads (newStatus and statusChanged judge Ready
+// alone, and the status apply names only Ready). Everything else is for
+// the Bar's author, and the author sets its size: labels, finalizers and
+// owner references by the thousand fit the API server's 1.5 MiB, and
+// every replica would hold them for as long as the Bar lives (issue 39,
+// fourteenth review: 1.56 MiB of heap a Bar). managedFields and
+// annotations go too (a third of a Bar made by kubectl apply is its
+// last-applied configuration). The strings every Bar repeats are shared
+// (interned.ObjectMeta).
 func trimBar(obj interface{}) (interface{}, error) {
 	bar, ok := obj.(*barv1.Bar)
 	if !ok {
@@ -65,18 +73,53 @@ func trimBar(obj interface{}) (interface{}, error) {
 	}
 	bar.ManagedFields = nil
 	bar.Annotations = nil
+	bar.Labels = nil
+	bar.Finalizers = nil
+	bar.OwnerReferences = nil
 	bar.APIVersion, bar.Kind = interned.String(bar.APIVersion), interned.String(bar.Kind)
 	interned.ObjectMeta(&bar.ObjectMeta)
 	if bar.Spec.Deployment.Name == bar.Name {
 		bar.Spec.Deployment.Name = bar.Name
 	}
 	bar.Spec.Template.Image = interned.String(bar.Spec.Template.Image)
-	for i := range bar.Status.Conditions {
-		c := &bar.Status.Conditions[i]
-		c.Type, c.Status, c.Reason = interned.String(c.Type), metav1.ConditionStatus(interned.String(string(c.Status))), interned.String(c.Reason)
+	var ready []metav1.Condition
+	if c := meta.FindStatusCondition(bar.Status.Conditions, barv1.ConditionReady); c != nil {
+		ready = []metav1.Condition{*c}
+		r := &ready[0]
+		r.Type, r.Status, r.Reason = interned.String(r.Type), metav1.ConditionStatus(interned.String(string(r.Status))), interned.String(r.Reason)
 	}
+	bar.Status.Conditions = ready
 	return bar, nil
 }
+
+// The managed-by label selects the full Deployment cache, and anyone who
+// may create a Deployment may set it: what trimDeployment keeps must not
+// grow with what others write, whether or not a Bar controls the
+// Deployment (issue 39, fourteenth review: Deployments of 3,500 labels
+// each took a replica to its memory limit at about 450 of them). So it
+// keeps only the keys deploymentDiff and deploymentDrift ask about, and
+// where a field can only be told apart by its whole value (the selector,
+// a container's resources), a stand-in of bounded size that compares as
+// unequal as the whole did.
+const (
+	// maxKeptResources bounds the requests and the limits kept of the
+	// controller's container: twice what a Bar can ask for
+	// (barcontroller.MaxResources), so that every list a Bar's apply can
+	// leave is kept whole, and a longer one, which cannot equal any
+	// Bar's, is kept as a longer one.
+	maxKeptResources = 2 * barcontroller.MaxResources
+	// maxOwnedFieldsBytes bounds one managedFields entry of the
+	// controller's kept after pruning: the most a Bar's apply can own
+	// (maxKeptResources names of barcontroller.MaxResourceNameBytes) with
+	// room to spare. A longer entry under the controller's manager name
+	// was not written by it (any client may name itself bar-controller)
+	// and is dropped: the fields it claimed then count as not the
+	// controller's, which at worst costs an apply that replaces it.
+	maxOwnedFieldsBytes = 64 << 10
+	// maxUnprunedApplyBytes is the longest Apply entry kept unparsed:
+	// newDeployment's is about 700 bytes with a few resources.
+	maxUnprunedApplyBytes = 4 << 10
+)
 
 // trimDeployment is the transform of the informer of the Deployments this
 // controller manages (label-selected, see main.go): it keeps exactly what
@@ -95,9 +138,11 @@ func trimDeployment(obj interface{}) (interface{}, error) {
 	if !ok {
 		return obj, nil
 	}
-	containers := make([]corev1.Container, len(d.Spec.Template.Spec.Containers))
-	for i, c := range d.Spec.Template.Spec.Containers {
-		containers[i] = corev1.Container{Name: interned.String(c.Name), Image: interned.String(c.Image), Resources: corev1.ResourceRequirements{Requests: c.Resources.Requests, Limits: c.Resources.Limits}}
+	var containers []corev1.Container
+	if c := findContainer(d.Spec.Template.Spec.Containers, containerName); c != nil {
+		// The one container newDeployment writes; others' are theirs.
+		containers = []corev1.Container{{Name: interned.String(c.Name), Image: interned.String(c.Image), Resources: corev1.ResourceRequirements{
+			Requests: firstResources(c.Resources.Requests, maxKeptResources), Limits: firstResources(c.Resources.Limits, maxKeptResources)}}}
 	}
 	var annotations map[string]string
 	if h, ok := d.Annotations[desiredHashAnnotation]; ok {
@@ -105,12 +150,21 @@ func trimDeployment(obj interface{}) (interface{}, error) {
 	}
 	var managedFields []metav1.ManagedFieldsEntry
 	for _, e := range d.ManagedFields {
-		if isOurWrite(e) {
-			managedFields = append(managedFields, interned.ManagedFields(pruneOwnedFields(e)))
+		if !isOurWrite(e) {
+			continue
+		}
+		if e = pruneOwnedFields(e); e.FieldsV1 == nil || len(e.FieldsV1.Raw) <= maxOwnedFieldsBytes {
+			managedFields = append(managedFields, interned.ManagedFields(e))
 		}
 	}
-	templateLabels := d.Spec.Template.Labels
-	if s := d.Spec.Selector; s != nil && len(s.MatchExpressions) == 0 && maps.Equal(s.MatchLabels, templateLabels) {
+	selector := d.Spec.Selector
+	if selector != nil && (len(selector.MatchExpressions) != 0 || len(selector.MatchLabels) != 1 || selector.MatchLabels[barLabel] == "") {
+		// Not the shape newDeployment writes, so unequal to any it
+		// wants (deploymentDiff): one requirement says so.
+		selector = otherSelector
+	}
+	templateLabels := onlyKeys(d.Spec.Template.Labels, barLabel)
+	if s := selector; s != nil && len(s.MatchExpressions) == 0 && maps.Equal(s.MatchLabels, templateLabels) {
 		// The selector and the pod template carry the same labels (as
 		// newDeployment writes them): one map for both, read-only like
 		// everything in the cache.
@@ -133,20 +187,24 @@ func trimDeployment(obj interface{}) (interface{}, error) {
 			ResourceVersion:   d.ResourceVersion,
 			Generation:        d.Generation,
 			DeletionTimestamp: d.DeletionTimestamp,
-			Labels:            d.Labels,
+			Labels:            onlyKeys(d.Labels, managedByLabel, barLabel),
 			Annotations:       annotations,
-			OwnerReferences:   d.OwnerReferences,
 			ManagedFields:     managedFields,
 		},
 		Spec: appsv1.DeploymentSpec{
 			Replicas: d.Spec.Replicas,
-			Selector: d.Spec.Selector,
+			Selector: selector,
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: templateLabels},
 				Spec:       corev1.PodSpec{Containers: containers},
 			},
 		},
 		Status: status,
+	}
+	if ref := metav1.GetControllerOfNoCopy(d); ref != nil {
+		// The controller's reference is the one it reads and writes; the
+		// API server allows one.
+		t.OwnerReferences = []metav1.OwnerReference{*ref}
 	}
 	interned.ObjectMeta(&t.ObjectMeta)
 	owner := ""
@@ -164,20 +222,65 @@ func trimDeployment(obj interface{}) (interface{}, error) {
 	return t, nil
 }
 
+// onlyKeys is the part of m under keys, nil if none: a new map, so that
+// the interning that follows writes to nothing the decoder still holds.
+func onlyKeys(m map[string]string, keys ...string) map[string]string {
+	var kept map[string]string
+	for _, k := range keys {
+		if v, ok := m[k]; ok {
+			if kept == nil {
+				kept = make(map[string]string, len(keys))
+			}
+			kept[k] = v
+		}
+	}
+	return kept
+}
+
+// firstResources is l, or, when l names more than n resources, its first
+// n+1 by name: still more than any Bar's (so unequal to it, as l was), and
+// the same n+1 however often it is applied (the transform runs twice under
+// WatchList).
+func firstResources(l corev1.ResourceList, n int) corev1.ResourceList {
+	if len(l) <= n {
+		return l
+	}
+	kept := make(corev1.ResourceList, n+1)
+	for _, name := range slices.Sorted(maps.Keys(l))[:n+1] {
+		kept[name] = l[name]
+	}
+	return kept
+}
+
+// otherSelector stands for every selector newDeployment never writes
+// (one label, barLabel): shared, never written, and unequal to any it
+// wants.
+var otherSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+	{Key: barLabel, Operator: metav1.LabelSelectorOpExists},
+}}
+
 // driftPrefixes are the parts of a Deployment whose ownership
-// deploymentDrift asks about (desiredFields' paths all begin with one);
-// nil stands for any key of a keyed list.
+// deploymentDrift asks about (desiredFields' paths all begin with one):
+// the labels newDeployment sets, not every label, and its container, not
+// every container, since an entry under the controller's manager name may
+// be anyone's (maxOwnedFieldsBytes). nil stands for any key of a keyed
+// list: the one ownerReference is keyed by the Bar's UID.
 var driftPrefixes = [][]*fieldpath.PathElement{
-	{named("metadata"), named("labels")},
-	{named("metadata"), named("ownerReferences")},
+	{named("metadata"), named("labels"), named(managedByLabel)},
+	{named("metadata"), named("labels"), named(barLabel)},
+	{named("metadata"), named("ownerReferences"), nil},
 	{named("spec"), named("replicas")},
 	{named("spec"), named("selector")},
-	{named("spec"), named("template"), named("metadata"), named("labels")},
-	{named("spec"), named("template"), named("spec"), named("containers"), nil, named("image")},
-	{named("spec"), named("template"), named("spec"), named("containers"), nil, named("resources")},
+	{named("spec"), named("template"), named("metadata"), named("labels"), named(barLabel)},
+	{named("spec"), named("template"), named("spec"), named("containers"), keyedByName(containerName), named("image")},
+	{named("spec"), named("template"), named("spec"), named("containers"), keyedByName(containerName), named("resources")},
 }
 
 func named(name string) *fieldpath.PathElement { return &fieldpath.PathElement{FieldName: &name} }
+
+func keyedByName(name string) *fieldpath.PathElement {
+	return &fieldpath.PathElement{Key: fieldpath.KeyByFields("name", name)}
+}
 
 // pruneOwnedFields keeps of one of this controller's managedFields entries
 // the fields deploymentDrift asks about. The create that made the
@@ -189,9 +292,10 @@ func named(name string) *fieldpath.PathElement { return &fieldpath.PathElement{F
 // fail as before. TestDriftPrefixesCoverDesiredFields keeps driftPrefixes
 // and desiredFields in step.
 func pruneOwnedFields(e metav1.ManagedFieldsEntry) metav1.ManagedFieldsEntry {
-	if e.FieldsV1 == nil || e.Operation == metav1.ManagedFieldsOperationApply {
-		// An apply owns what it sent, which is what drift asks about
-		// already; parsing costs more than the few fields it would drop.
+	if e.FieldsV1 == nil || e.Operation == metav1.ManagedFieldsOperationApply && len(e.FieldsV1.Raw) <= maxUnprunedApplyBytes {
+		// An apply of newDeployment owns what it sent, which is what
+		// drift asks about already; parsing costs more than the few
+		// fields it would drop. A longer one is pruned like any.
 		return e
 	}
 	all := &fieldpath.Set{}

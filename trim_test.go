@@ -135,7 +135,7 @@ func TestTrimDeployment(t *testing.T) {
 			if len(trimmed.Annotations) != 1 || len(trimmed.ManagedFields) != 1 || !isOurWrite(trimmed.ManagedFields[0]) ||
 				trimmed.Spec.Template.Annotations != nil ||
 				trimmed.Spec.Strategy.RollingUpdate != nil || trimmed.Spec.Template.Spec.RestartPolicy != "" ||
-				trimmed.Spec.Template.Spec.Containers[0].Ports != nil ||
+				slices.ContainsFunc(trimmed.Spec.Template.Spec.Containers, func(c corev1.Container) bool { return c.Ports != nil || c.Name != containerName }) ||
 				bytes.Contains(trimmed.ManagedFields[0].FieldsV1.Raw, []byte("f:strategy")) ||
 				bytes.Contains(trimmed.ManagedFields[0].FieldsV1.Raw, []byte("f:dnsPolicy")) ||
 				slices.ContainsFunc(trimmed.Status.Conditions, func(c appsv1.DeploymentCondition) bool { return c.Status == corev1.ConditionTrue }) {
