@@ -70,17 +70,26 @@ traces: build ## Rerun the scenarios of docs/informer-traces.md and the exercise
 # installs (as root) the node's packages beside that build,
 # and prints the environment below; an export of a failed command
 # substitution would not stop the recipe, hence the variable first.
+#
+# The test binaries are built without DWARF (-dwarf=false: about 15 % less
+# CPU for every package compiled, docs/measurements.md): nothing reads it,
+# a test's stack traces come from the binary's own tables. And go test's
+# own vet pass is off: make verify (hack/verify-lint.sh) runs go vet with
+# every analyzer over the same compile, and the smaller set that go test
+# runs cannot share its results.
+TEST_FLAGS := -race -vet=off -gcflags=all=-dwarf=false
+
 test: ## Run all tests (unit, real control plane, real node, chart, alerts, release; with -race); builds the control plane, kubelet, helm, cosign and promtool on first use.
 	deps="$$(hack/install-test-deps.sh)"; \
 	while IFS='=' read -r k v; do export "$$k=$$v"; done <<<"$$deps"; \
 	export BAR_REQUIRE_INTEGRATION=1 BAR_REQUIRE_HELM=1 BAR_REQUIRE_COSIGN=1 BAR_REQUIRE_PROMTOOL=1; \
 	pkgs="$$(go list ./... | grep -v /test/node)"; \
-	go test -race -count=1 -timeout=30m $$pkgs; \
-	go test -race -count=1 -timeout=20m ./test/node
+	go test $(TEST_FLAGS) -count=1 -timeout=30m $$pkgs; \
+	go test $(TEST_FLAGS) -count=1 -timeout=20m ./test/node
 
 .PHONY: test-unit
 test-unit: ## Run only the unit tests (fake clients; seconds, nothing to build).
-	go test -race -count=1 ./...
+	go test $(TEST_FLAGS) -count=1 ./...
 
 # N=... chooses the numbers of Bars (default 500,2000,5000), BENCH_ARGS
 # passes other flags (go run ./test/bench --help); BENCH_ARGS=--breakdown=2000
@@ -147,7 +156,7 @@ FUZZTIME ?= 2m
 
 .PHONY: fuzz
 fuzz: ## Fuzz the desired state (FuzzNewDeployment) for FUZZTIME (default 2m); new crashers land in testdata/fuzz.
-	go test -run='^$$' -fuzz=FuzzNewDeployment -fuzztime=$(FUZZTIME) .
+	go test -gcflags=all=-dwarf=false -run='^$$' -fuzz=FuzzNewDeployment -fuzztime=$(FUZZTIME) .
 
 .PHONY: k8s-binaries
 k8s-binaries: ## Build and cache the Kubernetes binaries the tests and make run use.
@@ -160,6 +169,7 @@ generate: ## Regenerate clients, deepcopy and the CRD from pkg/apis.
 .PHONY: verify
 verify: ## Check generated code and diagrams are current, the docs' citations resolve, and run gofmt, go vet and shellcheck.
 	hack/verify-codegen.sh
+	hack/shared-deps.sh
 	hack/verify-diagrams.sh
 	hack/verify-docs.sh
 	hack/verify-lint.sh

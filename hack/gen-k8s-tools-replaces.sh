@@ -78,6 +78,11 @@ rm -f "${TOOLS}/go.sum"
 log "go mod tidy in hack/tools"
 (cd "${TOOLS}" && go mod tidy)
 
+# Where the controller builds a module the tools build too at a newer
+# version, the tools take the controller's: then a cold build of the tools
+# has compiled the controller's dependencies as well (hack/shared-deps.sh).
+"${ROOT}/hack/shared-deps.sh" --raise-tools
+
 # Minimal version selection may have raised a pinned module above its pin
 # (one tool requiring a newer release of another): then go.mod would build
 # something other than what hack/k8s-versions.env says. Fail loudly.

@@ -14,13 +14,13 @@ if [[ -n "${unformatted}" ]]; then
 fi
 
 # vet type-checks every package, tests included, against its
-# dependencies compiled; with make test's flags (-race) those are the
+# dependencies compiled; with make test's flags (-race, no DWARF) those are the
 # compile make test already made of every package, where with the
 # release's flags it shared only the binary's dependencies and compiled
 # the tests' again (docs/measurements.md, "A first CI under an hour").
 # Under -race the files built only without it are not vetted: they are,
 # with the release's flags, whose compile the release already made.
-go vet -race ./...
+go vet -race -gcflags=all=-dwarf=false ./...
 CGO_ENABLED=0 go vet -trimpath ./harness/localcluster/
 
 # The tree of docs/development.md: the root tells the controller's story
