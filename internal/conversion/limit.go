@@ -44,7 +44,7 @@ import (
 // decode into more than their bytes), so the bound is on bodies: a
 // budget of the process, of which one client
 // address may hold a share. A request reserves minReservation when it is
-// admitted, and more only as its body arrives: its buffer grows (doubling,
+// admitted, and more only as its body arrives: its buffer grows (by half,
 // up to its declared length) and every growth is reserved first. So a
 // declared Content-Length costs nothing until its bytes come: a request
 // that declares 4 MiB and sends none holds 4 KiB, until the listener cuts
