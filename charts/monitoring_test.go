@@ -252,3 +252,39 @@ func TestServiceMonitorAuthorization(t *testing.T) {
 		}
 	}
 }
+
+// TestNamespacedRulesLeaveOutTheWebhook: a namespaced release serves no
+// conversion webhook, so its PrometheusRule has no alert for a webhook
+// that is absent; a cluster-wide release keeps it, as artifacts/monitoring
+// has it.
+func TestNamespacedRulesLeaveOutTheWebhook(t *testing.T) {
+	helm, _ := tools(t)
+	const alert = "BarControllerConversionWebhookAbsent"
+	for _, tc := range []struct {
+		set  []string
+		want bool
+	}{
+		{[]string{"monitoring.prometheusRule.enabled=true"}, true},
+		{[]string{"monitoring.prometheusRule.enabled=true", "namespaceScoped=true", "crds.install=false"}, false},
+	} {
+		rendered, err := template(t, helm, tc.set...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rule, ok := objects(t, rendered)["PrometheusRule/bar-controller/bar-controller"]
+		if !ok {
+			t.Fatalf("%v: no PrometheusRule rendered", tc.set)
+		}
+		alerts := 0
+		found := false
+		for _, g := range rule["spec"].(map[string]any)["groups"].([]any) {
+			for _, r := range g.(map[string]any)["rules"].([]any) {
+				alerts++
+				found = found || r.(map[string]any)["alert"] == alert
+			}
+		}
+		if found != tc.want || alerts < 10 {
+			t.Errorf("%v: %d alerts, %s among them: %v, want %v", tc.set, alerts, alert, found, tc.want)
+		}
+	}
+}
