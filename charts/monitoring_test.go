@@ -288,3 +288,44 @@ func TestNamespacedRulesLeaveOutTheWebhook(t *testing.T) {
 		}
 	}
 }
+
+// TestRunbookURLsNameTheRelease: a release's chart links each alert to the
+// runbook of its own tag, which describes what that release does; the
+// tree's chart (appVersion dev) to main's, as artifacts/monitoring does.
+func TestRunbookURLsNameTheRelease(t *testing.T) {
+	helm, _ := tools(t)
+	for _, appVersion := range []string{"dev", "v1.2.3"} {
+		dir := t.TempDir()
+		if err := os.CopyFS(dir, os.DirFS(chart)); err != nil {
+			t.Fatal(err)
+		}
+		meta, err := os.ReadFile(dir + "/Chart.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		meta = []byte(strings.Replace(string(meta), "\nappVersion: dev\n", fmt.Sprintf("\nappVersion: %q\n", appVersion), 1))
+		if err := os.WriteFile(dir+"/Chart.yaml", meta, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		rendered, err := run(t, helm, "template", "bar-controller", dir, "--namespace", "bar-controller", "--set", "monitoring.prometheusRule.enabled=true")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ref := map[string]string{"dev": "main", "v1.2.3": "v1.2.3"}[appVersion]
+		want := "https://github.com/barcontroller/bar-controller/blob/" + ref + "/docs/runbook.md#"
+		rule := objects(t, rendered)["PrometheusRule/bar-controller/bar-controller"]
+		urls := 0
+		for _, g := range rule["spec"].(map[string]any)["groups"].([]any) {
+			for _, r := range g.(map[string]any)["rules"].([]any) {
+				url, _ := r.(map[string]any)["annotations"].(map[string]any)["runbook_url"].(string)
+				if !strings.HasPrefix(url, want) {
+					t.Errorf("appVersion %s: %s links %q, want %s...", appVersion, r.(map[string]any)["alert"], url, want)
+				}
+				urls++
+			}
+		}
+		if urls < 10 {
+			t.Errorf("appVersion %s: %d alerts", appVersion, urls)
+		}
+	}
+}
