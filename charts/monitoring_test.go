@@ -25,10 +25,13 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
-// monitoringSet turns on everything the chart has of artifacts/monitoring.
+// monitoringSet turns on everything the chart has of artifacts/monitoring,
+// whose discovery grant is for kube-prometheus's Prometheus.
 var monitoringSet = []string{
 	"monitoring.prometheusRule.enabled=true",
 	"monitoring.serviceMonitor.enabled=true",
+	"monitoring.serviceMonitor.prometheusServiceAccount.name=prometheus-k8s",
+	"monitoring.serviceMonitor.prometheusServiceAccount.namespace=monitoring",
 }
 
 func template(t *testing.T, helm string, set ...string) ([]byte, error) {

@@ -243,6 +243,32 @@ var valueCases = []valueCase{
 				t.Errorf("the binary takes %s as %v, %v; want two CIDRs", want, o.APIServerCIDRs, err)
 			}
 		}, "webhook: {apiServerCIDRs: [10.0.0.11/32, 128.0.0.0/1]}", "/webhook/apiServerCIDRs/1"},
+	{"monitoring.serviceMonitor.labels and monitoring.prometheusRule.labels",
+		"monitoring: {serviceMonitor: {enabled: true, labels: {release: kps}}, prometheusRule: {enabled: true, labels: {release: kps}}}",
+		func(t *testing.T, r rendered) {
+			for _, key := range []string{"ServiceMonitor/bar-controller/bar-controller", "PrometheusRule/bar-controller/bar-controller"} {
+				if l := labels(r.objects[key]); l["release"] != "kps" || l["app.kubernetes.io/name"] != "bar-controller" {
+					t.Errorf("%s: labels %v, want release=kps beside the chart's", key, l)
+				}
+			}
+		}, "monitoring: {serviceMonitor: {enabled: true, labels: {app.kubernetes.io/name: x}}}", "/monitoring/serviceMonitor/labels/app.kubernetes.io~1name"},
+	{"monitoring.serviceMonitor.prometheusServiceAccount: discovery",
+		"monitoring: {serviceMonitor: {enabled: true, prometheusServiceAccount: {name: prometheus-k8s, namespace: monitoring}}}",
+		func(t *testing.T, r rendered) {
+			role, binding := r.objects["Role/bar-controller/bar-controller-prometheus-discovery"], r.objects["RoleBinding/bar-controller/bar-controller-prometheus-discovery"]
+			if role == nil || binding == nil {
+				t.Fatal("no discovery Role and RoleBinding for Prometheus's ServiceAccount")
+			}
+			subject := asList(binding["subjects"])[0].(map[string]any)
+			if subject["name"] != "prometheus-k8s" || subject["namespace"] != "monitoring" {
+				t.Errorf("the discovery RoleBinding's subject %v", subject)
+			}
+			for _, rule := range asList(role["rules"]) {
+				if slices.ContainsFunc(asList(rule.(map[string]any)["resources"]), func(r any) bool { return r == "secrets" }) {
+					t.Errorf("discovery reads Secrets: %v", rule)
+				}
+			}
+		}, "monitoring: {serviceMonitor: {enabled: true, prometheusServiceAccount: {name: prometheus-k8s}}}", "/monitoring/serviceMonitor/prometheusServiceAccount"},
 }
 
 // asList is v as a list, or nil.
