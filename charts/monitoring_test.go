@@ -30,6 +30,7 @@ import (
 var monitoringSet = []string{
 	"monitoring.prometheusRule.enabled=true",
 	"monitoring.serviceMonitor.enabled=true",
+	"monitoring.dashboard.enabled=true",
 	"monitoring.serviceMonitor.prometheusServiceAccount.name=prometheus-k8s",
 	"monitoring.serviceMonitor.prometheusServiceAccount.namespace=monitoring",
 }
@@ -44,10 +45,10 @@ func template(t *testing.T, helm string, set ...string) ([]byte, error) {
 }
 
 // TestChartMonitoringMatchesKustomize: with monitoring on, the chart's
-// PrometheusRule, ServiceMonitor and scraper binding are
-// artifacts/monitoring's, field for field (the dashboard's ConfigMap is
-// kustomize's alone: Grafana's sidecar finds it by its label, which it
-// carries, with the dashboard file as it is). With monitoring off, the
+// PrometheusRule, ServiceMonitor, scraper and discovery grants and the
+// dashboard's ConfigMap are artifacts/monitoring's, field for field (the
+// ConfigMap carries the label Grafana's sidecar finds it by, and the
+// dashboard file as it is). With monitoring off, the
 // chart renders none of them (TestChartMatchesKustomize holds the rest).
 func TestChartMonitoringMatchesKustomize(t *testing.T) {
 	helm, kubectl := tools(t)
@@ -77,7 +78,6 @@ func TestChartMonitoringMatchesKustomize(t *testing.T) {
 	if l := cm["metadata"].(map[string]any)["labels"].(map[string]any)["grafana_dashboard"]; l != "1" {
 		t.Errorf("%s: label grafana_dashboard %v, want \"1\" (the Grafana sidecar's default)", dashboard, l)
 	}
-	delete(want, dashboard)
 
 	for key, w := range want {
 		if diff := cmp.Diff(w, got[key]); diff != "" {
@@ -294,10 +294,12 @@ func TestNamespacedRulesLeaveOutTheWebhook(t *testing.T) {
 
 // TestRunbookURLsNameTheRelease: a release's chart links each alert to the
 // runbook of its own tag, which describes what that release does; the
-// tree's chart (appVersion dev) to main's, as artifacts/monitoring does.
+// tree's chart (appVersion dev), and one of an untagged commit (git
+// describe's form), to main's, as artifacts/monitoring does.
 func TestRunbookURLsNameTheRelease(t *testing.T) {
 	helm, _ := tools(t)
-	for _, appVersion := range []string{"dev", "v1.2.3"} {
+	refs := map[string]string{"dev": "main", "v1.2.3": "v1.2.3", "v1.3.0-rc.1": "v1.3.0-rc.1", "v1.2.3-4-gabcdef0": "main"}
+	for appVersion, ref := range refs {
 		dir := t.TempDir()
 		if err := os.CopyFS(dir, os.DirFS(chart)); err != nil {
 			t.Fatal(err)
@@ -314,7 +316,6 @@ func TestRunbookURLsNameTheRelease(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ref := map[string]string{"dev": "main", "v1.2.3": "v1.2.3"}[appVersion]
 		want := "https://github.com/barcontroller/bar-controller/blob/" + ref + "/docs/runbook.md#"
 		rule := objects(t, rendered)["PrometheusRule/bar-controller/bar-controller"]
 		urls := 0

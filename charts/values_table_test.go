@@ -252,6 +252,16 @@ var valueCases = []valueCase{
 				}
 			}
 		}, "monitoring: {serviceMonitor: {enabled: true, labels: {app.kubernetes.io/name: x}}}", "/monitoring/serviceMonitor/labels/app.kubernetes.io~1name"},
+	{"monitoring.dashboard", "monitoring: {dashboard: {enabled: true, labels: {grafana_dashboard: null, dashboards: bar-controller}}}",
+		func(t *testing.T, r rendered) {
+			cm := r.objects["ConfigMap/bar-controller/bar-controller-dashboard"]
+			if l := labels(cm); l["dashboards"] != "bar-controller" || l["grafana_dashboard"] != nil {
+				t.Errorf("the dashboard's labels %v, want the sidecar's dashboards=bar-controller alone", l)
+			}
+			if data, _ := cm["data"].(map[string]any)["dashboard.json"].(string); !strings.Contains(data, `"name": "cluster"`) {
+				t.Error("the ConfigMap holds no dashboard with a cluster variable")
+			}
+		}, "monitoring: {dashboard: {enabled: true, labels: {app.kubernetes.io/name: x}}}", "/monitoring/dashboard/labels/app.kubernetes.io~1name"},
 	{"monitoring.serviceMonitor.prometheusServiceAccount: discovery",
 		"monitoring: {serviceMonitor: {enabled: true, prometheusServiceAccount: {name: prometheus-k8s, namespace: monitoring}}}",
 		func(t *testing.T, r rendered) {

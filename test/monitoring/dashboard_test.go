@@ -184,3 +184,37 @@ func TestDashboardCheckRefuses(t *testing.T) {
 		t.Error("label_values of a label bar_controller_build_info does not have passed")
 	}
 }
+
+// TestDashboardSelectsClusterAndJob: the dashboard shows one job of one
+// or more clusters, as mixins' dashboards do: a cluster variable (every
+// cluster by default, and series without the label too, for a Prometheus
+// of one cluster) and a job variable of the jobs that export
+// bar_controller_build_info, and every panel's and variable's query selects
+// by them, never by a job name written in: a Prometheus that names the
+// job otherwise, or holds many clusters, still sees only this controller.
+func TestDashboardSelectsClusterAndJob(t *testing.T) {
+	d := readDashboard(t)
+	vars := map[string]bool{}
+	for _, v := range d.Templating.List {
+		vars[v.Name] = true
+	}
+	for _, name := range []string{"cluster", "job"} {
+		if !vars[name] {
+			t.Errorf("no %s variable", name)
+		}
+	}
+	var walk func([]panel)
+	walk = func(ps []panel) {
+		for _, p := range ps {
+			for _, target := range p.Targets {
+				if strings.Contains(target.Expr, "bar-controller-metrics") ||
+					strings.Count(target.Expr, `cluster=~"$cluster"`) != strings.Count(target.Expr, `job="$job"`) ||
+					!strings.Contains(target.Expr, `job="$job"`) {
+					t.Errorf("panel %q, query %s: %s does not select by $cluster and $job", p.Title, target.RefID, target.Expr)
+				}
+			}
+			walk(p.Panels)
+		}
+	}
+	walk(d.Panels)
+}

@@ -122,7 +122,11 @@ func exported(t *testing.T) map[string]family {
 // targetLabels are the labels Prometheus gives every series of a target
 // the ServiceMonitor finds (job, instance, and the Prometheus Operator's
 // namespace, service, endpoint, pod and container).
-var targetLabels = []string{"job", "instance", "namespace", "service", "endpoint", "pod", "container"}
+var targetLabels = []string{"job", "instance", "namespace", "service", "endpoint", "pod", "container",
+	// Not a target's: the label a Prometheus of many clusters (Thanos,
+	// Mimir, a federation) gives each cluster's series, by its external
+	// labels, which the dashboard's cluster variable reads.
+	"cluster"}
 
 // prometheusOwn are series Prometheus makes for each target itself.
 var prometheusOwn = map[string]bool{"up": true}
