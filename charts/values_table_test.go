@@ -18,6 +18,7 @@ package charts
 
 import (
 	"flag"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -252,6 +253,14 @@ var valueCases = []valueCase{
 				}
 			}
 		}, "monitoring: {serviceMonitor: {enabled: true, labels: {app.kubernetes.io/name: x}}}", "/monitoring/serviceMonitor/labels/app.kubernetes.io~1name"},
+	{"monitoring.prometheusRule selectors", "monitoring: {prometheusRule: {enabled: true, selector: 'job=\"bc\"', clusterLabel: cluster}}",
+		func(t *testing.T, r rendered) {
+			rule := r.objects["PrometheusRule/bar-controller/bar-controller"]
+			raw := fmt.Sprint(rule["spec"])
+			if strings.Contains(raw, "bar-controller-metrics\"") || !strings.Contains(raw, `sum by (cluster, namespace, job)`) {
+				t.Errorf("the rules do not select job=\"bc\" by cluster: %.300s", raw)
+			}
+		}, "monitoring: {prometheusRule: {enabled: true, selector: job=bc}}", "/monitoring/prometheusRule/selector"},
 	{"monitoring.dashboard", "monitoring: {dashboard: {enabled: true, labels: {grafana_dashboard: null, dashboards: bar-controller}}}",
 		func(t *testing.T, r rendered) {
 			cm := r.objects["ConfigMap/bar-controller/bar-controller-dashboard"]
