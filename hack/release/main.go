@@ -26,6 +26,10 @@ limitations under the License.
 //     install-namespaced.yaml, artifacts/, artifacts/conversion-webhook
 //     (with the CRD and its policies) and artifacts/namespaced rendered
 //     with kubectl kustomize and naming the image by the index's digest;
+//     rollback-conversion-only.yaml (artifacts/conversion-only, what
+//     docs/upgrade.md's rollback applies) by the same digest; and
+//     monitoring.yaml (artifacts/monitoring: alerts linking to the
+//     runbook of the release's tag, scrape, discovery, dashboard);
 //   - the Helm chart, charts/bar-controller packaged as
 //     bar-controller-X.Y.Z.tgz with the release's version and the image by
 //     the same digest (chart.go, no helm needed);
@@ -233,7 +237,7 @@ func run(ctx context.Context, c config) (*result, error) {
 		return nil, err
 	}
 
-	if err := renderManifests(ctx, c.kubectl, filepath.Join(src, "artifacts"), c.out, c.repo, res.index); err != nil {
+	if err := renderManifests(ctx, c.kubectl, filepath.Join(src, "artifacts"), c.out, c.repo, c.version, res.index); err != nil {
 		return nil, err
 	}
 	if res.chart, err = packageChart(src, c.out, c.version, chartImage{repository: c.repo, tag: c.version, digest: res.index}, res.created); err != nil {

@@ -38,6 +38,9 @@ type manifest struct {
 	// being the only one above it), copied into the overlay so that
 	// kustomize's load restrictions allow them.
 	with []string
+	// monitoring: the Prometheus Operator's objects, which run no image;
+	// their alerts' runbook links name the release's tag (runbookRef).
+	monitoring bool
 }
 
 // manifests are what a release ships to apply. install.yaml is
@@ -53,6 +56,29 @@ var manifests = []manifest{
 		apply: "kubectl apply --server-side -f install-conversion-webhook.yaml  # once per cluster, for namespaced installs",
 		with:  []string{"crd/barcontroller.dev_bars.yaml", "admission/bars.barcontroller.dev.yaml", "admission/crd-changes.barcontroller.dev.yaml"}},
 	{base: "namespaced", file: "install-namespaced.yaml", apply: "kubectl apply --server-side -f install-namespaced.yaml  # after install-conversion-webhook.yaml"},
+	// What docs/upgrade.md's rollback and docs/runbook.md's alerts apply,
+	// so that an operator needs nothing of the repository but the release.
+	{base: "conversion-only", file: "rollback-conversion-only.yaml",
+		apply: "kubectl apply --server-side -f rollback-conversion-only.yaml  # rolling back to a release without the webhook (docs/upgrade.md)"},
+	{base: "monitoring", file: "monitoring.yaml", monitoring: true,
+		apply: "kubectl apply --server-side -f monitoring.yaml  # with the Prometheus Operator's CRDs: alerts, scrape, discovery, dashboard"},
+}
+
+// describeSuffix is what git describe adds to a tag for a later commit.
+var (
+	releaseTag     = regexp.MustCompile(`^v[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.]+)?$`)
+	describeSuffix = regexp.MustCompile(`-[0-9]+-g[0-9a-f]+$`)
+)
+
+// runbookRef is the git ref the alerts' runbook links name: the release's
+// tag (vX.Y.Z, vX.Y.Z-rc.N), whose runbook says what that release does, or
+// main for any other version (an untagged commit's git describe, dev). The
+// chart's prometheusrule.yaml has the same rule for its appVersion.
+func runbookRef(version string) string {
+	if releaseTag.MatchString(version) && !describeSuffix.MatchString(version) {
+		return version
+	}
+	return "main"
 }
 
 // imageLine is an image a rendered manifest runs.
@@ -65,7 +91,7 @@ var imageLine = regexp.MustCompile(`(?m)^\s*(?:-\s+)?image:\s*(\S+)\s*$`)
 // digest rather than the tag: a tag can be moved, and every node of a
 // cluster must run the same bytes as the index that was built, signed and
 // described by the SBOM.
-func renderManifests(ctx context.Context, kubectl, artifacts, out, repo string, digest v1.Hash) error {
+func renderManifests(ctx context.Context, kubectl, artifacts, out, repo, version string, digest v1.Hash) error {
 	ref := repo + "@" + digest.String()
 	for _, m := range manifests {
 		overlay, err := os.MkdirTemp("", "release-overlay-")
@@ -102,6 +128,9 @@ images:
   newName: %s
   digest: %s
 `, resources.String(), repo, digest)
+		if m.monitoring {
+			kustomization = fmt.Sprintf("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n%s\n", resources.String())
+		}
 		if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(kustomization), 0o644); err != nil {
 			return err
 		}
@@ -112,7 +141,12 @@ images:
 		if err != nil {
 			return fmt.Errorf("kubectl kustomize %s: %v: %s", m.base, err, stderr.Bytes())
 		}
-		if err := pinnedTo(rendered, ref); err != nil {
+		if m.monitoring {
+			if imageLine.Match(rendered) {
+				return fmt.Errorf("%s runs an image", m.file)
+			}
+			rendered = bytes.ReplaceAll(rendered, []byte(runbookBase+"main/"), []byte(runbookBase+runbookRef(version)+"/"))
+		} else if err := pinnedTo(rendered, ref); err != nil {
 			return fmt.Errorf("%s: %w", m.file, err)
 		}
 		header := fmt.Sprintf("# bar-controller, rendered from artifacts/%s; the image by digest.\n#   %s\n---\n", m.base, m.apply)
@@ -122,6 +156,10 @@ images:
 	}
 	return nil
 }
+
+// runbookBase is where artifacts/monitoring's runbook links point, before
+// the ref.
+const runbookBase = "https://github.com/barcontroller/bar-controller/blob/"
 
 // pinnedTo fails unless every image the manifests run is ref: an image
 // left out of the kustomization's images (a new container, an init

@@ -97,6 +97,12 @@ func writeNotes(ctx context.Context, c config, res *result) error {
 	b.WriteString("    kubectl label namespace bar-controller pod-security.kubernetes.io/enforce=restricted pod-security.kubernetes.io/warn=restricted\n")
 	fmt.Fprintf(&b, "    helm install bar-controller %s --namespace bar-controller\n\n", res.chart)
 	fmt.Fprintf(&b, "`%s` runs the same image by digest; `helm upgrade` upgrades the CRD too, and `helm uninstall` keeps it and every Bar (`charts/bar-controller/README.md`).\n\n", res.chart)
+	b.WriteString("`monitoring.yaml` is the alerts (each linking to this release's runbook), the ServiceMonitor, ")
+	b.WriteString("Prometheus's discovery grant and the Grafana dashboard (`artifacts/monitoring`), for a cluster with the ")
+	b.WriteString("Prometheus Operator's CRDs; `rollback-conversion-only.yaml` serves conversion without the controller, ")
+	b.WriteString("for rolling back to a release without the webhook (`docs/upgrade.md`, \"Rolling back\"):\n\n")
+	b.WriteString("    kubectl apply --server-side -f monitoring.yaml\n")
+	b.WriteString("    kubectl apply --server-side -f rollback-conversion-only.yaml\n\n")
 	b.WriteString("## Verify\n\n")
 	if c.cosignKey != "" {
 		// One command per artifact, each printed as a user types it:

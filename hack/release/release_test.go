@@ -165,7 +165,7 @@ func checkBundle(t *testing.T, dir string, cfg config, res *result) {
 		f.Close()
 	}
 
-	for _, file := range []string{"install.yaml", "install-namespaced.yaml", "install-conversion-webhook.yaml"} {
+	for _, file := range []string{"install.yaml", "install-namespaced.yaml", "install-conversion-webhook.yaml", "rollback-conversion-only.yaml"} {
 		data, err := os.ReadFile(filepath.Join(dir, file))
 		if err != nil {
 			t.Fatal(err)
@@ -173,11 +173,15 @@ func checkBundle(t *testing.T, dir string, cfg config, res *result) {
 		if err := pinnedTo(data, "bar-controller@"+res.index.String()); err != nil {
 			t.Errorf("%s: %v", file, err)
 		}
-		if hasCRD := bytes.Contains(data, []byte("\nkind: CustomResourceDefinition\n")); hasCRD == (file == "install-namespaced.yaml") {
+		wantCRD := file == "install.yaml" || file == "install-conversion-webhook.yaml"
+		if hasCRD := bytes.Contains(data, []byte("\nkind: CustomResourceDefinition\n")); hasCRD != wantCRD {
 			t.Errorf("%s holds the CRD: %v", file, hasCRD)
 		}
-		checkUninstallSelector(t, file, data)
+		if file != "rollback-conversion-only.yaml" { // a Deployment, beside an install of its own
+			checkUninstallSelector(t, file, data)
+		}
 	}
+	checkMonitoring(t, dir, cfg.version)
 	for _, arch := range []string{"amd64", "arm64"} {
 		f, err := os.Open(filepath.Join(dir, "bar-controller-linux-"+arch+".spdx.json"))
 		if err != nil {
