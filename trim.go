@@ -119,7 +119,39 @@ const (
 	// maxUnprunedApplyBytes is the longest Apply entry kept unparsed:
 	// newDeployment's is about 700 bytes with a few resources.
 	maxUnprunedApplyBytes = 4 << 10
+	// maxHashBytes bounds the desired-hash annotation kept: desiredHash's
+	// is 20 hex digits.
+	maxHashBytes = 64
+	// maxRefFieldBytes bounds each string of an owner reference kept:
+	// a name Kubernetes validates (253), which the API server checks of
+	// no owner reference's kind, API version or name (fifteenth review,
+	// C1: 1 MiB kinds were kept, and interned).
+	maxRefFieldBytes = 253
 )
+
+// tooLong stands in for a string longer than the caches keep: no valid
+// name, kind, version, UID or image, so it equals none the controller
+// compares it with.
+const tooLong = "(too long)"
+
+// boundedRef is ref with each string over maxRefFieldBytes replaced by
+// tooLong.
+func boundedRef(ref metav1.OwnerReference) metav1.OwnerReference {
+	for _, f := range []*string{&ref.APIVersion, &ref.Kind, &ref.Name, (*string)(&ref.UID)} {
+		if len(*f) > maxRefFieldBytes {
+			*f = tooLong
+		}
+	}
+	return ref
+}
+
+// boundedImage is image, or tooLong past the longest a Bar can name.
+func boundedImage(image string) string {
+	if len(image) > barcontroller.MaxImageBytes {
+		return tooLong
+	}
+	return image
+}
 
 // trimDeployment is the transform of the informer of the Deployments this
 // controller manages (label-selected, see main.go): it keeps exactly what
@@ -141,16 +173,20 @@ func trimDeployment(obj interface{}) (interface{}, error) {
 	var containers []corev1.Container
 	if c := findContainer(d.Spec.Template.Spec.Containers, containerName); c != nil {
 		// The one container newDeployment writes; others' are theirs.
-		containers = []corev1.Container{{Name: interned.String(c.Name), Image: interned.String(c.Image), Resources: corev1.ResourceRequirements{
+		containers = []corev1.Container{{Name: interned.String(c.Name), Image: interned.String(boundedImage(c.Image)), Resources: corev1.ResourceRequirements{
 			Requests: firstResources(c.Resources.Requests, maxKeptResources), Limits: firstResources(c.Resources.Limits, maxKeptResources)}}}
 	}
 	var annotations map[string]string
-	if h, ok := d.Annotations[desiredHashAnnotation]; ok {
+	if h, ok := d.Annotations[desiredHashAnnotation]; ok && len(h) <= maxHashBytes {
+		// Longer is no hash desiredHash makes: as good as none.
 		annotations = map[string]string{desiredHashAnnotation: h}
 	}
 	var managedFields []metav1.ManagedFieldsEntry
 	for _, e := range d.ManagedFields {
-		if !isOurWrite(e) {
+		if !isOurWrite(e) || e.FieldsV1 != nil && len(e.FieldsV1.Raw) > maxOwnedFieldsBytes {
+			// Longer than any the controller writes, before pruning too:
+			// not parsed, which would cost a watch event 20 ms and 29 MB
+			// for 1.4 MiB (fifteenth review, m1).
 			continue
 		}
 		if e = pruneOwnedFields(e); e.FieldsV1 == nil || len(e.FieldsV1.Raw) <= maxOwnedFieldsBytes {
@@ -204,7 +240,7 @@ func trimDeployment(obj interface{}) (interface{}, error) {
 	if ref := metav1.GetControllerOfNoCopy(d); ref != nil {
 		// The controller's reference is the one it reads and writes; the
 		// API server allows one.
-		t.OwnerReferences = []metav1.OwnerReference{*ref}
+		t.OwnerReferences = []metav1.OwnerReference{boundedRef(*ref)}
 	}
 	interned.ObjectMeta(&t.ObjectMeta)
 	owner := ""
@@ -358,7 +394,7 @@ func trimDeploymentMetadata(obj interface{}) (interface{}, error) {
 		DeletionTimestamp: m.DeletionTimestamp,
 	}}
 	if ref := metav1.GetControllerOfNoCopy(m); ref != nil {
-		t.OwnerReferences = []metav1.OwnerReference{*ref}
+		t.OwnerReferences = []metav1.OwnerReference{boundedRef(*ref)}
 	}
 	interned.ObjectMeta(&t.ObjectMeta) // before the shared map below: it writes to the labels
 	if m.Labels[managedByLabel] == managedByValue {

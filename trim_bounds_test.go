@@ -79,30 +79,33 @@ func TestTrimIsBoundedWhateverOthersWrite(t *testing.T) {
 		// dropped: the forged entry is dropped (one of the controller's
 		// entries is kept, its create's).
 		dropped bool
+		// foreign: another controller's Deployment, whose reference the
+		// readiness message would quote whole.
+		foreign bool
 	}{
 		{"labels", func(d *appsv1.Deployment) {
 			for i := range bloat {
 				d.Labels[longKey(i)] = longValue(i)
 			}
-		}, false, false},
+		}, false, false, false},
 		{"selector and pod labels", func(d *appsv1.Deployment) {
 			for i := range bloat {
 				d.Spec.Selector.MatchLabels[longKey(i)] = longValue(i)
 				d.Spec.Template.Labels[longKey(i)] = longValue(i)
 			}
-		}, false, false},
+		}, false, false, false},
 		{"owner references", func(d *appsv1.Deployment) {
 			for i := range bloat {
 				d.OwnerReferences = append(d.OwnerReferences, metav1.OwnerReference{APIVersion: "example.dev/v1", Kind: "Thing",
 					Name: longValue(i), UID: types.UID(fmt.Sprintf("uid-%d", i))})
 			}
-		}, false, false},
+		}, false, false, false},
 		{"containers", func(d *appsv1.Deployment) {
 			for i := range bloat / 3 {
 				d.Spec.Template.Spec.Containers = append(d.Spec.Template.Spec.Containers,
 					corev1.Container{Name: fmt.Sprintf("c%d", i), Image: longKey(i)})
 			}
-		}, false, false},
+		}, false, false, false},
 		{"resources of the controller's container", func(d *appsv1.Deployment) {
 			c := &d.Spec.Template.Spec.Containers[0]
 			c.Resources.Requests, c.Resources.Limits = corev1.ResourceList{}, corev1.ResourceList{}
@@ -110,19 +113,32 @@ func TestTrimIsBoundedWhateverOthersWrite(t *testing.T) {
 				c.Resources.Requests[corev1.ResourceName(longKey(i))] = resource.MustParse("1")
 				c.Resources.Limits[corev1.ResourceName(longKey(i))] = resource.MustParse("1")
 			}
-		}, false, false},
+		}, false, false, false},
 		{"another writer's managedFields", func(d *appsv1.Deployment) {
 			d.ManagedFields = append(d.ManagedFields, metav1.ManagedFieldsEntry{Manager: "kubectl", Operation: metav1.ManagedFieldsOperationApply,
 				FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: labelsOwned(bloat)}})
-		}, false, false},
+		}, false, false, false},
 		{"managedFields under the controller's name", func(d *appsv1.Deployment) {
 			d.ManagedFields = append(d.ManagedFields, metav1.ManagedFieldsEntry{Manager: fieldManager, Operation: metav1.ManagedFieldsOperationApply,
 				FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: labelsOwned(bloat)}})
-		}, true, false},
+		}, true, false, false},
 		{"unreadable managedFields under the controller's name", func(d *appsv1.Deployment) {
 			d.ManagedFields = append(d.ManagedFields, metav1.ManagedFieldsEntry{Manager: fieldManager, Operation: metav1.ManagedFieldsOperationUpdate,
 				FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"unknown":"` + strings.Repeat("x", bloat*100) + `"}`)}})
-		}, true, true},
+		}, true, true, false},
+		// The API server checks no length of an owner reference's strings,
+		// nor of an image (fifteenth review, C1: 1 MiB kinds were kept, and
+		// held by the intern table after their Deployments were gone).
+		{"the controller reference's strings", func(d *appsv1.Deployment) {
+			huge := strings.Repeat("k", 1<<20)
+			d.OwnerReferences = []metav1.OwnerReference{{APIVersion: huge, Kind: huge, Name: huge, UID: types.UID(huge), Controller: ptr.To(true)}}
+		}, false, false, true},
+		{"the image", func(d *appsv1.Deployment) {
+			d.Spec.Template.Spec.Containers[0].Image = strings.Repeat("i", 1<<20)
+		}, false, false, false},
+		{"the desired-hash annotation", func(d *appsv1.Deployment) {
+			d.Annotations[desiredHashAnnotation] = strings.Repeat("h", 200<<10)
+		}, false, false, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -147,6 +163,13 @@ func TestTrimIsBoundedWhateverOthersWrite(t *testing.T) {
 				}
 			} else if tc.dropped && len(trimmed.ManagedFields) != 1 {
 				t.Errorf("kept %d entries under the controller's name, want only its create's", len(trimmed.ManagedFields))
+			}
+			if tc.foreign {
+				meta, _ := trimDeploymentMetadata(&metav1.PartialObjectMetadata{ObjectMeta: full.ObjectMeta})
+				if after := jsonSize(t, meta); after > 4<<10 {
+					t.Errorf("the metadata cache kept %d bytes of it", after)
+				}
+				return
 			}
 			if got, wantR := deploymentReadiness(bar, trimmed), deploymentReadiness(bar, full); got != wantR {
 				t.Errorf("readiness of the trimmed copy: %+v, of the whole: %+v", got, wantR)

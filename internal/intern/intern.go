@@ -55,6 +55,14 @@ import (
 // table the next time an object carries it. What an unbounded supply of
 // distinct strings costs everyone else is one more copy of each of their
 // strings per limit's worth of the supply, never the table.
+//
+// And short: a string longer than MaxBytes is never held. The API server
+// bounds no owner reference's kind or API version, nor any image, and a
+// table that kept one copy of each string it saw kept 1 MiB kinds of
+// Deployments long deleted: twenty at a time, created and deleted again
+// and again, took a replica's heap past its memory limit with nothing
+// left in the cluster (issue 39, fifteenth review, C1). So the table holds
+// at most limit times MaxBytes, whatever it is handed.
 
 // Table is a set of shared strings, safe for concurrent use: the three
 // informers' transforms run on their own goroutines.
@@ -77,10 +85,16 @@ func NewTable(limit int, seed ...string) *Table {
 	return t
 }
 
+// MaxBytes is the longest string a table holds: longer than any image a
+// Bar can name (512 bytes) or any name, kind or label key Kubernetes
+// validates.
+const MaxBytes = 512
+
 // String returns the shared copy of s, adding s to the table if it is not
-// there yet (emptying the table of all but the seed first if it is full).
+// there yet (emptying the table of all but the seed first if it is full);
+// a string longer than MaxBytes is returned as it is, and not held.
 func (t *Table) String(s string) string {
-	if s == "" {
+	if s == "" || len(s) > MaxBytes {
 		return s
 	}
 	if v, ok := t.get(s); ok {

@@ -18,6 +18,7 @@ package intern
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"unsafe"
 )
@@ -82,5 +83,23 @@ func TestATenantCannotTurnSharingOff(t *testing.T) {
 	img := "registry.tenant-a.example/app-7:1.0"
 	if a, b := table.String(fresh(img)), table.String(fresh(img)); !same(a, b) {
 		t.Errorf("%q is not shared the second time round", img)
+	}
+}
+
+// TestLongStringsAreNotHeld: the table holds no string longer than
+// MaxBytes, so that what it keeps of strings whose objects are gone is at
+// most its limit times MaxBytes. Before, it kept a copy of whatever it
+// was handed: 1 MiB owner reference kinds of twenty Deployments, created
+// and deleted again and again, took a replica past its memory limit with
+// none of them left (issue 39, fifteenth review, C1).
+func TestLongStringsAreNotHeld(t *testing.T) {
+	table := NewTable(4096)
+	long := strings.Repeat("k", MaxBytes+1)
+	if a, b := table.String(fresh(long)), table.String(fresh(long)); same(a, b) {
+		t.Errorf("a string of %d bytes is shared: the table holds it", len(long))
+	}
+	edge := strings.Repeat("k", MaxBytes)
+	if a, b := table.String(fresh(edge)), table.String(fresh(edge)); !same(a, b) {
+		t.Errorf("a string of %d bytes is not shared", len(edge))
 	}
 }

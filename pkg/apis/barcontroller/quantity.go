@@ -48,6 +48,11 @@ const (
 	// handful of resources; 32 is several times any real one.
 	MaxResources         = 32
 	MaxResourceNameBytes = 253 + 1 + 63
+	// MaxImageBytes is the longest spec.template.image (the maxLength of
+	// v1's and v1alpha1's image, by their kubebuilder markers): what the
+	// controller's caches keep of a Deployment's image at most
+	// (TestMaxImageBytesIsTheCRDs holds the two equal).
+	MaxImageBytes = 512
 )
 
 // BoundedQuantity says whether s, a quantity as it is written in JSON (a

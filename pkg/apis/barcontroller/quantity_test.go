@@ -17,7 +17,9 @@ limitations under the License.
 package barcontroller
 
 import (
+	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -50,6 +52,24 @@ func TestBoundedQuantityIsTheCRDs(t *testing.T) {
 	for _, q := range []string{`1\u0065300000`, `\u0031`} {
 		if BoundedQuantity(q) {
 			t.Errorf("BoundedQuantity(%q) = true, want false", q)
+		}
+	}
+}
+
+// TestMaxImageBytesIsTheCRDs: MaxImageBytes is the maxLength of every
+// version's image in the CRD, which the controller's caches rely on.
+func TestMaxImageBytesIsTheCRDs(t *testing.T) {
+	crd, err := os.ReadFile("../../../artifacts/crd/barcontroller.dev_bars.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := regexp.MustCompile(`(?s)\n\s+image:\n.*?\n\s+maxLength: (\d+)\n`).FindAllSubmatch(crd, -1)
+	if len(found) != 2 {
+		t.Fatalf("found %d images with a maxLength in the CRD, want v1's and v1alpha1's", len(found))
+	}
+	for _, m := range found {
+		if got := string(m[1]); got != strconv.Itoa(MaxImageBytes) {
+			t.Errorf("an image's maxLength is %s, MaxImageBytes %d", got, MaxImageBytes)
 		}
 	}
 }
