@@ -109,13 +109,17 @@ const (
 	// Bar's, is kept as a longer one.
 	maxKeptResources = 2 * barcontroller.MaxResources
 	// maxOwnedFieldsBytes bounds one managedFields entry of the
-	// controller's kept after pruning: the most a Bar's apply can own
-	// (maxKeptResources names of barcontroller.MaxResourceNameBytes) with
-	// room to spare. A longer entry under the controller's manager name
+	// controller's, before and after pruning: the most a Bar's apply can
+	// own (2 x MaxResources names of barcontroller.MaxResourceNameBytes,
+	// about 22 KiB) with room to spare. The API server keeps at most two
+	// entries under one manager (its Apply and one Update), so a forged
+	// pair costs at most 64 KiB and, over the bound, no parse (sixteenth
+	// review: two of 63 KiB each made a cached copy of 128 KiB and cost
+	// every watch event 5 ms). A longer entry under the controller's manager name
 	// was not written by it (any client may name itself bar-controller)
 	// and is dropped: the fields it claimed then count as not the
 	// controller's, which at worst costs an apply that replaces it.
-	maxOwnedFieldsBytes = 64 << 10
+	maxOwnedFieldsBytes = 32 << 10
 	// maxUnprunedApplyBytes is the longest Apply entry kept unparsed:
 	// newDeployment's is about 700 bytes with a few resources.
 	maxUnprunedApplyBytes = 4 << 10
