@@ -28,6 +28,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
+
+	"github.com/barcontroller/bar-controller/internal/memo"
 )
 
 // This file decides whether a Deployment has drifted from what its Bar
@@ -218,6 +220,98 @@ func ownsField(owned *fieldpath.Set, p fieldpath.Path) bool {
 		s = child
 	}
 	return !s.Empty()
+}
+
+// driftPrefixes are the parts of a Deployment whose ownership
+// deploymentDrift asks about (desiredFields' paths all begin with one):
+// the labels newDeployment sets, not every label, and its container, not
+// every container, since an entry under the controller's manager name may
+// be anyone's (maxOwnedFieldsBytes). nil stands for any key of a keyed
+// list: the one ownerReference is keyed by the Bar's UID.
+var driftPrefixes = [][]*fieldpath.PathElement{
+	{named("metadata"), named("labels"), named(managedByLabel)},
+	{named("metadata"), named("labels"), named(barLabel)},
+	{named("metadata"), named("ownerReferences"), nil},
+	{named("spec"), named("replicas")},
+	{named("spec"), named("selector")},
+	{named("spec"), named("template"), named("metadata"), named("labels"), named(barLabel)},
+	{named("spec"), named("template"), named("spec"), named("containers"), keyedByName(containerName), named("image")},
+	{named("spec"), named("template"), named("spec"), named("containers"), keyedByName(containerName), named("resources")},
+}
+
+func named(name string) *fieldpath.PathElement { return &fieldpath.PathElement{FieldName: &name} }
+
+func keyedByName(name string) *fieldpath.PathElement {
+	return &fieldpath.PathElement{Key: fieldpath.KeyByFields("name", name)}
+}
+
+// pruneOwnedFields keeps of one of this controller's managedFields entries
+// the fields deploymentDrift asks about. The create that made the
+// Deployment owns every field the API server defaulted too (strategy,
+// restart and DNS policy, termination message path...): 60 % of the
+// entry, kept for every Deployment, never read. Parsing and writing it
+// back costs about 40 µs (BenchmarkTrimDeployment), and an entry forged
+// under the controller's name up to maxOwnedFieldsBytes costs
+// milliseconds; prunedFields remembers the result by the entry's bytes,
+// so that an entry is parsed once, not on every watch event of its
+// Deployment (issue 39, sixteenth review).
+// TestDriftPrefixesCoverDesiredFields keeps driftPrefixes and
+// desiredFields in step.
+func pruneOwnedFields(e metav1.ManagedFieldsEntry) metav1.ManagedFieldsEntry {
+	if e.FieldsV1 == nil || e.Operation == metav1.ManagedFieldsOperationApply && len(e.FieldsV1.Raw) <= maxUnprunedApplyBytes {
+		// An apply of newDeployment owns what it sent, which is what
+		// drift asks about already; parsing costs more than the few
+		// fields it would drop. A longer one is pruned like any.
+		return e
+	}
+	e.FieldsV1 = &metav1.FieldsV1{Raw: prunedFields.Get(e.FieldsV1.Raw)}
+	return e
+}
+
+// prunedFields holds pruneFieldsJSON's results, shared by the cached
+// Deployments (nothing writes a cached object). 4,096 entries is a
+// Deployment's create entry each for that many Deployments; 1 MiB bounds
+// what it holds of entries whose Deployments are gone.
+var prunedFields = memo.New(pruneFieldsJSON, 4096, 1<<20)
+
+// pruneFieldsJSON is the part of a managedFields entry's fields under
+// driftPrefixes. An entry that does not parse is kept whole, so that
+// appliedFields sees it fail as before.
+func pruneFieldsJSON(raw []byte) []byte {
+	all := &fieldpath.Set{}
+	if err := all.FromJSON(bytes.NewReader(raw)); err != nil {
+		return bytes.Clone(raw) // not the decoder's buffer
+	}
+	kept := &fieldpath.Set{}
+	all.Iterate(func(p fieldpath.Path) {
+		if underDriftPrefix(p) {
+			kept.Insert(p.Copy())
+		}
+	})
+	out, err := kept.ToJSON()
+	if err != nil {
+		return bytes.Clone(raw)
+	}
+	return bytes.Clone(out) // without the buffer's spare capacity
+}
+
+func underDriftPrefix(p fieldpath.Path) bool {
+	for _, prefix := range driftPrefixes {
+		if len(p) < len(prefix) {
+			continue
+		}
+		match := true
+		for i, pe := range prefix {
+			if pe != nil && !p[i].Equals(*pe) {
+				match = false
+				break
+			}
+		}
+		if match {
+			return true
+		}
+	}
+	return false
 }
 
 func sortedResourceNames(l corev1.ResourceList) []string {

@@ -17,7 +17,6 @@ limitations under the License.
 package main
 
 import (
-	"bytes"
 	"maps"
 	"slices"
 
@@ -25,7 +24,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 
 	"github.com/barcontroller/bar-controller/internal/intern"
 	"github.com/barcontroller/bar-controller/pkg/apis/barcontroller"
@@ -298,82 +296,6 @@ func firstResources(l corev1.ResourceList, n int) corev1.ResourceList {
 var otherSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
 	{Key: barLabel, Operator: metav1.LabelSelectorOpExists},
 }}
-
-// driftPrefixes are the parts of a Deployment whose ownership
-// deploymentDrift asks about (desiredFields' paths all begin with one):
-// the labels newDeployment sets, not every label, and its container, not
-// every container, since an entry under the controller's manager name may
-// be anyone's (maxOwnedFieldsBytes). nil stands for any key of a keyed
-// list: the one ownerReference is keyed by the Bar's UID.
-var driftPrefixes = [][]*fieldpath.PathElement{
-	{named("metadata"), named("labels"), named(managedByLabel)},
-	{named("metadata"), named("labels"), named(barLabel)},
-	{named("metadata"), named("ownerReferences"), nil},
-	{named("spec"), named("replicas")},
-	{named("spec"), named("selector")},
-	{named("spec"), named("template"), named("metadata"), named("labels"), named(barLabel)},
-	{named("spec"), named("template"), named("spec"), named("containers"), keyedByName(containerName), named("image")},
-	{named("spec"), named("template"), named("spec"), named("containers"), keyedByName(containerName), named("resources")},
-}
-
-func named(name string) *fieldpath.PathElement { return &fieldpath.PathElement{FieldName: &name} }
-
-func keyedByName(name string) *fieldpath.PathElement {
-	return &fieldpath.PathElement{Key: fieldpath.KeyByFields("name", name)}
-}
-
-// pruneOwnedFields keeps of one of this controller's managedFields entries
-// the fields deploymentDrift asks about. The create that made the
-// Deployment owns every field the API server defaulted too (strategy,
-// restart and DNS policy, termination message path...): 60 % of the
-// entry, kept for every Deployment, never read. Parsing and writing it
-// back costs about 40 µs per watch event (BenchmarkTrimDeployment). An
-// entry that does not parse is kept whole, so that appliedFields sees it
-// fail as before. TestDriftPrefixesCoverDesiredFields keeps driftPrefixes
-// and desiredFields in step.
-func pruneOwnedFields(e metav1.ManagedFieldsEntry) metav1.ManagedFieldsEntry {
-	if e.FieldsV1 == nil || e.Operation == metav1.ManagedFieldsOperationApply && len(e.FieldsV1.Raw) <= maxUnprunedApplyBytes {
-		// An apply of newDeployment owns what it sent, which is what
-		// drift asks about already; parsing costs more than the few
-		// fields it would drop. A longer one is pruned like any.
-		return e
-	}
-	all := &fieldpath.Set{}
-	if err := all.FromJSON(bytes.NewReader(e.FieldsV1.Raw)); err != nil {
-		return e
-	}
-	kept := &fieldpath.Set{}
-	all.Iterate(func(p fieldpath.Path) {
-		if underDriftPrefix(p) {
-			kept.Insert(p.Copy())
-		}
-	})
-	raw, err := kept.ToJSON()
-	if err != nil {
-		return e
-	}
-	e.FieldsV1 = &metav1.FieldsV1{Raw: bytes.Clone(raw)} // without the buffer's spare capacity
-	return e
-}
-
-func underDriftPrefix(p fieldpath.Path) bool {
-	for _, prefix := range driftPrefixes {
-		if len(p) < len(prefix) {
-			continue
-		}
-		match := true
-		for i, pe := range prefix {
-			if pe != nil && !p[i].Equals(*pe) {
-				match = false
-				break
-			}
-		}
-		if match {
-			return true
-		}
-	}
-	return false
-}
 
 // trimDeploymentMetadata is the transform of the metadata-only Deployment
 // informer, which sees every Deployment in the controller's scope that the
