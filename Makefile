@@ -208,27 +208,31 @@ image: ## Build the container image (needs a Docker engine).
 # it VERSION last, after every signature (credentials from the Docker
 # config, as crane's); without it the index is an OCI layout in
 # _output/release/oci, and install.yaml names REPO (default REGISTRY, else
-# bar-controller). kubectl renders the manifests, as the real-cluster
-# tests render artifacts/.
+# bar-controller). With REGISTRY the chart is pushed too, as helm push
+# would, to CHART_REGISTRY/bar-controller (default: charts/ beside the
+# image's repository), tagged X.Y.Z before the index is tagged.
+# kubectl renders the manifests, as the real-cluster tests render
+# artifacts/.
 # COSIGN_KEY=<key reference> (a key file, env://VAR, a KMS URI; a file's
 # password in $COSIGN_PASSWORD) signs with cosign, built from source once
-# (hack/install-tool.sh cosign): the index in REGISTRY, the SBOMs and the
-# SLSA provenance as attestations there, the chart and SHA256SUMS beside
-# them; RELEASE_NOTES.md gives the command that verifies each. A push to
+# (hack/install-tool.sh cosign): the index and the chart in REGISTRY, the
+# SBOMs and the SLSA provenance as attestations there, the chart's file
+# and SHA256SUMS beside them; RELEASE_NOTES.md gives the command that verifies each. A push to
 # REGISTRY needs COSIGN_KEY, or UNSIGNED=1 (exactly 1: 0, false or a
 # value inherited from elsewhere do not) to publish unsigned on purpose.
 REGISTRY ?=
+CHART_REGISTRY ?=
 REPO ?=
 COSIGN_KEY ?=
 UNSIGNED ?=
 RELEASE_DIR := _output/release
 
 .PHONY: release
-release: ## Build release VERSION=vX.Y.Z of HEAD, no Docker: the image index for linux/amd64+arm64 pushed to REGISTRY=host/repo, tagged last, or written as an OCI layout, install.yaml and install-namespaced.yaml by digest, the Helm chart packaged (bar-controller-X.Y.Z.tgz), SPDX SBOMs, SLSA provenance, SHA256SUMS, release notes, in _output/release/; COSIGN_KEY= signs the index, SBOMs, provenance, chart and SHA256SUMS.
+release: ## Build release VERSION=vX.Y.Z of HEAD, no Docker: the image index for linux/amd64+arm64 pushed to REGISTRY=host/repo, tagged last, or written as an OCI layout, install.yaml and install-namespaced.yaml by digest, the Helm chart packaged (bar-controller-X.Y.Z.tgz) and pushed beside the image, SPDX SBOMs, SLSA provenance, SHA256SUMS, release notes, in _output/release/; COSIGN_KEY= signs the index, SBOMs, provenance, chart and SHA256SUMS.
 	rm -rf $(RELEASE_DIR)
 	kube_bin_dir="$$(hack/install-k8s-binaries.sh kubectl | tail -n 1)" && cosign=cosign && \
 	if [[ -n "$(COSIGN_KEY)" ]]; then cosign="$$(hack/install-tool.sh cosign)/cosign"; fi && \
-	CGO_ENABLED=0 go run -trimpath ./hack/release --version=$(VERSION) --registry=$(REGISTRY) --repo=$(REPO) --out=$(RELEASE_DIR) \
+	CGO_ENABLED=0 go run -trimpath ./hack/release --version=$(VERSION) --registry=$(REGISTRY) --chart-registry=$(CHART_REGISTRY) --repo=$(REPO) --out=$(RELEASE_DIR) \
 	  --kubectl="$$kube_bin_dir/kubectl" --cosign="$$cosign" --cosign-key="$(COSIGN_KEY)" $(if $(filter 1,$(UNSIGNED)),--unsigned)
 
 # The chart's tests need helm, which no other target does: it is built

@@ -93,12 +93,14 @@ func attachSBOMs(ctx context.Context, c config, idx v1.ImageIndex, binaries []bi
 	return nil
 }
 
-// artifact is an OCI 1.1 artifact manifest with one blob: the parts
-// go-containerregistry needs to push it as an image (partial fills in the
-// rest). Built by hand because an image's config is a config file, and an
-// artifact's is the two bytes "{}".
+// artifact is an OCI manifest with a config and one blob that are not an
+// image's: the parts go-containerregistry needs to push it as an image
+// (partial fills in the rest). Built by hand because an image's config is
+// a config file, and an SBOM artifact's is the two bytes "{}", a chart's
+// its Chart.yaml (ocichart.go).
 type artifact struct {
 	manifest []byte
+	config   []byte
 	blob     v1.Layer
 }
 
@@ -129,10 +131,10 @@ func newArtifact(content []byte, title string, subject v1.Descriptor, created ti
 	if err != nil {
 		return nil, err
 	}
-	return partial.CompressedToImage(&artifact{manifest: manifest, blob: blob})
+	return partial.CompressedToImage(&artifact{manifest: manifest, config: emptyJSON, blob: blob})
 }
 
-func (a *artifact) RawConfigFile() ([]byte, error)      { return emptyJSON, nil }
+func (a *artifact) RawConfigFile() ([]byte, error)      { return a.config, nil }
 func (a *artifact) MediaType() (types.MediaType, error) { return types.OCIManifestSchema1, nil }
 func (a *artifact) RawManifest() ([]byte, error)        { return a.manifest, nil }
 func (a *artifact) LayerByDigest(h v1.Hash) (partial.CompressedLayer, error) {

@@ -247,46 +247,48 @@ func publish(ctx context.Context, idx v1.ImageIndex, c config) error {
 	return nil
 }
 
-// tag points the version's tag in c.registry at the index publish pushed,
-// unless it names that index already (a re-run of the same release: a
-// no-op). A tag that names another index is never moved (checkTag).
-func tag(ctx context.Context, c config, idx v1.ImageIndex) error {
-	digest, err := idx.Digest()
-	if err != nil {
-		return err
-	}
-	t, done, err := checkTag(ctx, c, digest)
+// tag points t at what publish or pushChart pushed as digest, unless it
+// names that already (a re-run of the same release: a no-op). A tag that
+// names anything else is never moved (checkTag).
+func tag(ctx context.Context, t name.Tag, version string, pushed remote.Taggable, digest v1.Hash) error {
+	done, err := checkTag(ctx, t, version, digest)
 	if err != nil || done {
 		return err
 	}
-	if err := remote.Tag(t, idx, remote.WithContext(ctx), remote.WithAuthFromKeychain(authn.DefaultKeychain)); err != nil {
+	if err := remote.Tag(t, pushed, remote.WithContext(ctx), remote.WithAuthFromKeychain(authn.DefaultKeychain)); err != nil {
 		return fmt.Errorf("tagging %s: %w", t, err)
 	}
 	return nil
 }
 
-// checkTag reads the version's tag in c.registry: done when it names
-// digest already; an error when it names anything else. A published
-// version is never moved: users and their caches have pulled it by its
-// tag, and a mistaken VERSION, or a re-run from another commit, would
-// otherwise replace a release in place. run checks before pushing
-// anything, and tag again just before tagging. (The registry's API has
-// no conditional tag push: two releases of one version at the same
-// moment can still race between the check and the push.)
-func checkTag(ctx context.Context, c config, digest v1.Hash) (name.Tag, bool, error) {
+// versionTag is the index's tag: the version, as the image is pulled by.
+func versionTag(c config) (name.Tag, error) {
 	t, err := name.NewTag(c.registry + ":" + c.version)
 	if err != nil {
-		return t, false, fmt.Errorf("--registry %q: %w", c.registry, err)
+		return t, fmt.Errorf("--registry %q: %w", c.registry, err)
 	}
+	return t, nil
+}
+
+// checkTag reads the tag t of version: done when it names digest
+// already; an error when it names anything else. A published version is
+// never moved: users and their caches have pulled it by its tag, and a
+// mistaken VERSION, or a re-run from another commit, would otherwise
+// replace a release in place. run checks the index's and the chart's
+// tags before pushing anything, and tag again just before tagging. (The
+// registry's API has no conditional tag push: two releases of one
+// version at the same moment can still race between the check and the
+// push.)
+func checkTag(ctx context.Context, t name.Tag, version string, digest v1.Hash) (bool, error) {
 	desc, err := remote.Head(t, remote.WithContext(ctx), remote.WithAuthFromKeychain(authn.DefaultKeychain))
 	var terr *transport.Error
 	switch {
 	case errors.As(err, &terr) && terr.StatusCode == http.StatusNotFound:
-		return t, false, nil
+		return false, nil
 	case err != nil:
-		return t, false, fmt.Errorf("reading the tag %s: %w", t, err)
+		return false, fmt.Errorf("reading the tag %s: %w", t, err)
 	case desc.Digest != digest:
-		return t, false, fmt.Errorf("the version %s is published already: the tag %s names %s, not this release's index %s; a published version is never moved, release under a new version", c.version, t, desc.Digest, digest)
+		return false, fmt.Errorf("the version %s is published already: the tag %s names %s, not this release's %s; a published version is never moved, release under a new version", version, t, desc.Digest, digest)
 	}
-	return t, true, nil
+	return true, nil
 }

@@ -45,6 +45,8 @@ const chartDir = "charts/bar-controller"
 type chartImage struct {
 	repository, tag string
 	digest          v1.Hash
+	// platforms are the index's, for Artifact Hub's images annotation.
+	platforms []string
 }
 
 // chartVersion is the chart's version for a release's: SemVer without the
@@ -91,6 +93,9 @@ func packageChart(src, out, version string, img chartImage, created time.Time) (
 		return "", err
 	}
 	if files["Chart.yaml"], err = setChartVersion(files["Chart.yaml"], version); err != nil {
+		return "", fmt.Errorf("%s/Chart.yaml: %w", chartDir, err)
+	}
+	if files["Chart.yaml"], err = setArtifactHub(files["Chart.yaml"], version, img); err != nil {
 		return "", fmt.Errorf("%s/Chart.yaml: %w", chartDir, err)
 	}
 	if files["values.yaml"], err = setImage(files["values.yaml"], img); err != nil {
@@ -156,6 +161,86 @@ func setChartVersion(chart []byte, version string) ([]byte, error) {
 		return nil, fmt.Errorf("after setting the version: name %q, version %q, appVersion %q", meta.Name, meta.Version, meta.AppVersion)
 	}
 	return chart, nil
+}
+
+// artifactHubImage is one entry of Artifact Hub's artifacthub.io/images
+// annotation: the images a chart runs, which it lists and scans.
+type artifactHubImage struct {
+	Name      string   `json:"name"`
+	Image     string   `json:"image"`
+	Platforms []string `json:"platforms,omitempty"`
+}
+
+// artifactHubLink is one entry of its artifacthub.io/links annotation.
+type artifactHubLink struct {
+	Name string `json:"name"`
+	URL  string `json:"url"`
+}
+
+// setArtifactHub writes the release into Chart.yaml's Artifact Hub
+// annotations: the image by digest with its platforms, prerelease for a
+// vX.Y.Z-pre version, and the runbook link pinned to the release's tag
+// (runbookRef), as its alerts' links are. It rewrites the annotations
+// block, the file's last, and checks by parsing that nothing above it
+// changed.
+func setArtifactHub(chart []byte, version string, img chartImage) ([]byte, error) {
+	head, _, ok := bytes.Cut(chart, []byte("\nannotations:\n"))
+	if !ok {
+		return nil, errors.New("no top-level annotations: block")
+	}
+	var meta struct {
+		Annotations map[string]string `json:"annotations"`
+	}
+	if err := yaml.Unmarshal(chart, &meta); err != nil {
+		return nil, err
+	}
+	var links []artifactHubLink
+	if err := yaml.Unmarshal([]byte(meta.Annotations["artifacthub.io/links"]), &links); err != nil {
+		return nil, fmt.Errorf("artifacthub.io/links: %w", err)
+	}
+	for i, l := range links {
+		links[i].URL = strings.Replace(l.URL, "/blob/main/", "/blob/"+runbookRef(version)+"/", 1)
+	}
+	images := []artifactHubImage{{Name: "bar-controller", Image: img.repository + ":" + img.tag + "@" + img.digest.String(), Platforms: img.platforms}}
+	set := maps.Clone(meta.Annotations)
+	set["artifacthub.io/prerelease"] = strconv.FormatBool(strings.Contains(version, "-"))
+	for key, v := range map[string]any{"artifacthub.io/links": links, "artifacthub.io/images": images} {
+		out, err := yaml.Marshal(v)
+		if err != nil {
+			return nil, err
+		}
+		set[key] = string(out)
+	}
+	block, err := yaml.Marshal(map[string]any{"annotations": set})
+	if err != nil {
+		return nil, err
+	}
+	edited := append(append(bytes.Clone(head), '\n'), block...)
+
+	var before, after map[string]any
+	if err := yaml.Unmarshal(chart, &before); err != nil {
+		return nil, err
+	}
+	if err := yaml.Unmarshal(edited, &after); err != nil {
+		return nil, err
+	}
+	if !reflect.DeepEqual(after["annotations"], anyMap(set)) {
+		return nil, errors.New("the annotations block does not read back as written")
+	}
+	delete(before, "annotations")
+	delete(after, "annotations")
+	if !reflect.DeepEqual(before, after) {
+		return nil, errors.New("rewriting the annotations block changed other fields: it must be the file's last")
+	}
+	return edited, nil
+}
+
+func anyMap(m map[string]string) map[string]any {
+	out := make(map[string]any, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
 }
 
 // setImage sets image.repository, image.tag and image.digest in values.yaml

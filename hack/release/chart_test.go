@@ -27,6 +27,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -184,12 +185,36 @@ func checkChartArchive(t *testing.T, data []byte, created time.Time, version, ap
 		}
 	}
 
-	var meta struct{ Name, Version, AppVersion string }
+	var meta struct {
+		Name, Version, AppVersion string
+		Annotations               map[string]string
+	}
 	if err := yaml.Unmarshal(files["Chart.yaml"], &meta); err != nil {
 		t.Fatal(err)
 	}
 	if meta.Name != "bar-controller" || meta.Version != version || meta.AppVersion != appVersion {
 		t.Errorf("Chart.yaml: %+v, want version %s, appVersion %s", meta, version, appVersion)
+	}
+	// Artifact Hub's annotations say which release this is: its image
+	// by digest, whether it is a prerelease, its runbook.
+	var images []artifactHubImage
+	var links []artifactHubLink
+	if err := yaml.Unmarshal([]byte(meta.Annotations["artifacthub.io/images"]), &images); err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal([]byte(meta.Annotations["artifacthub.io/links"]), &links); err != nil {
+		t.Fatal(err)
+	}
+	if want := img.repository + ":" + img.tag + "@" + img.digest.String(); len(images) != 1 || images[0].Image != want {
+		t.Errorf("artifacthub.io/images: %+v, want one, %s", images, want)
+	}
+	if got, want := meta.Annotations["artifacthub.io/prerelease"], strconv.FormatBool(strings.Contains(appVersion, "-")); got != want {
+		t.Errorf("artifacthub.io/prerelease: %q for %s, want %q", got, appVersion, want)
+	}
+	if !slices.ContainsFunc(links, func(l artifactHubLink) bool {
+		return strings.Contains(l.URL, "/blob/"+runbookRef(appVersion)+"/docs/runbook.md")
+	}) {
+		t.Errorf("artifacthub.io/links: %+v, want the runbook of %s", links, runbookRef(appVersion))
 	}
 	var values struct {
 		Image struct{ Repository, Tag, Digest string }

@@ -32,7 +32,8 @@ limitations under the License.
 //     runbook of the release's tag, scrape, discovery, dashboard);
 //   - the Helm chart, charts/bar-controller packaged as
 //     bar-controller-X.Y.Z.tgz with the release's version and the image by
-//     the same digest (chart.go, no helm needed);
+//     the same digest (chart.go, no helm needed), and with --registry
+//     pushed beside the image as helm push would (ocichart.go);
 //   - an SPDX SBOM of each binary's modules, attached in the registry to
 //     the image holding the binary (attach.go), the SLSA provenance of the
 //     build (provenance.go), release notes from the commits since the last
@@ -67,6 +68,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 )
 
@@ -76,9 +78,12 @@ type config struct {
 	commit   string // what to release; resolved to a full hash by run
 	version  string // vX.Y.Z, the image tag and the binary's version
 	registry string // host/repo to push to; empty: an OCI layout in out
-	repo     string // the repository install.yaml names; default registry
-	out      string // the bundle's directory; must not exist or be empty
-	kubectl  string // renders the manifests (kubectl kustomize)
+	// chartRegistry is where the chart is pushed, as <it>/bar-controller;
+	// empty: beside registry (chartRepository).
+	chartRegistry string
+	repo          string // the repository install.yaml names; default registry
+	out           string // the bundle's directory; must not exist or be empty
+	kubectl       string // renders the manifests (kubectl kustomize)
 	// cosign signs the release with cosignKey, when one is given
 	// (sign.go).
 	cosign, cosignKey string
@@ -91,12 +96,18 @@ type config struct {
 
 // result is what a release produced, for the summary and the tests.
 type result struct {
-	commit  string
-	index   v1.Hash
-	ref     string             // repo@sha256:..., what install.yaml runs
-	chart   string             // the chart archive's file name
-	images  map[string]v1.Hash // by platform
-	created time.Time          // the commit's
+	commit string
+	index  v1.Hash
+	ref    string // repo@sha256:..., what install.yaml runs
+	chart  string // the chart archive's file name
+	// chartArtifact is the chart as an OCI artifact, chartRef where it is
+	// pushed by digest (repo@sha256:...) and chartTag its version's tag,
+	// with a registry only (ocichart.go).
+	chartArtifact v1.Image
+	chartRef      string
+	chartTag      name.Tag
+	images        map[string]v1.Hash // by platform
+	created       time.Time          // the commit's
 	// goVersion is the toolchain the binaries were built with, as they
 	// record it (the go on $PATH, not necessarily the one running this).
 	goVersion string
@@ -116,6 +127,7 @@ func main() {
 	flag.StringVar(&cfg.version, "version", "", "the release's version, vX.Y.Z[-pre]")
 	flag.StringVar(&cfg.commit, "commit", "HEAD", "the commit to release")
 	flag.StringVar(&cfg.registry, "registry", "", "push the image index to this repository (host/repo); empty: write an OCI layout under --out/oci")
+	flag.StringVar(&cfg.chartRegistry, "chart-registry", "", "push the chart to <this>/bar-controller (host/path); default: charts/ beside --registry's repository")
 	flag.StringVar(&cfg.repo, "repo", "", "the image repository install.yaml names; default --registry, else bar-controller")
 	flag.StringVar(&cfg.out, "out", "_output/release", "the directory to write the bundle to (must not exist, or be empty)")
 	flag.StringVar(&cfg.kubectl, "kubectl", "kubectl", "the kubectl that renders the manifests (kubectl kustomize)")
@@ -143,7 +155,11 @@ func main() {
 	for _, p := range cfg.platforms {
 		fmt.Printf("  %-12s %s\n", p, res.images[p])
 	}
-	fmt.Printf("  install.yaml and %s run %s\n  bundle in %s\n", res.chart, res.ref, cfg.out)
+	fmt.Printf("  install.yaml and %s run %s\n", res.chart, res.ref)
+	if res.chartRef != "" {
+		fmt.Printf("  chart        oci://%s\n", res.chartRef)
+	}
+	fmt.Printf("  bundle in %s\n", cfg.out)
 }
 
 func fail(err error) {
@@ -162,6 +178,9 @@ func (c *config) validate() error {
 		if !strings.HasPrefix(p, "linux/") {
 			return fmt.Errorf("platform %q: the image holds a Linux binary only", p)
 		}
+	}
+	if c.chartRegistry != "" && c.registry == "" {
+		return errors.New("--chart-registry needs --registry: the chart is pushed with the image")
 	}
 	if c.cosignKey != "" && c.registry == "" {
 		return errors.New("--cosign-key needs --registry: the signature is stored in the registry, beside the image")
@@ -225,7 +244,11 @@ func run(ctx context.Context, c config) (*result, error) {
 	if c.registry != "" {
 		// Before anything is pushed: a version published already with
 		// another index fails here, not after its signing.
-		if _, _, err := checkTag(ctx, c, res.index); err != nil {
+		t, err := versionTag(c)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := checkTag(ctx, t, c.version, res.index); err != nil {
 			return nil, err
 		}
 	}
@@ -240,8 +263,13 @@ func run(ctx context.Context, c config) (*result, error) {
 	if err := renderManifests(ctx, c.kubectl, filepath.Join(src, "artifacts"), c.out, c.repo, c.version, res.index); err != nil {
 		return nil, err
 	}
-	if res.chart, err = packageChart(src, c.out, c.version, chartImage{repository: c.repo, tag: c.version, digest: res.index}, res.created); err != nil {
+	if res.chart, err = packageChart(src, c.out, c.version, chartImage{repository: c.repo, tag: c.version, digest: res.index, platforms: c.platforms}, res.created); err != nil {
 		return nil, fmt.Errorf("packaging the chart: %w", err)
+	}
+	if c.registry != "" {
+		if err := prepareChartPush(ctx, c, res); err != nil {
+			return nil, err
+		}
 	}
 	for _, b := range binaries {
 		if err := writeSBOM(b, c.version, res.created); err != nil {

@@ -97,6 +97,10 @@ func writeNotes(ctx context.Context, c config, res *result) error {
 	b.WriteString("    kubectl label namespace bar-controller pod-security.kubernetes.io/enforce=restricted pod-security.kubernetes.io/warn=restricted\n")
 	fmt.Fprintf(&b, "    helm install bar-controller %s --namespace bar-controller\n\n", res.chart)
 	fmt.Fprintf(&b, "`%s` runs the same image by digest; `helm upgrade` upgrades the CRD too, and `helm uninstall` keeps it and every Bar (`charts/bar-controller/README.md`).\n\n", res.chart)
+	if res.chartRef != "" {
+		fmt.Fprintf(&b, "The same chart is in the registry, pushed as `helm push` would (tag `%s`); by digest, with Helm 3.18 or later:\n\n", res.chartTag.TagStr())
+		fmt.Fprintf(&b, "    helm install bar-controller oci://%s --namespace bar-controller\n\n", res.chartRef)
+	}
 	b.WriteString("`monitoring.yaml` is the alerts (each linking to this release's runbook), the ServiceMonitor, ")
 	b.WriteString("Prometheus's discovery grant and the Grafana dashboard (`artifacts/monitoring`), for a cluster with the ")
 	b.WriteString("Prometheus Operator's CRDs; `rollback-conversion-only.yaml` serves conversion without the controller, ")
@@ -120,6 +124,9 @@ func writeNotes(ctx context.Context, c config, res *result) error {
 		fmt.Fprintf(&b, "\nThe build's SLSA provenance (the commit, the Go toolchain, the build flags, every module linked), a signed attestation on the index, which the command prints:\n\n    %s\n\n",
 			verifyAttestationCommand(provenancePredicate, c.registry+"@"+res.index.String()))
 		fmt.Fprintf(&b, "The Helm chart, the file `helm install` takes:\n\n    %s\n\n", verifyBlobCommand(res.chart))
+		if res.chartRef != "" {
+			fmt.Fprintf(&b, "The chart in the registry, signed as %s:\n\n    %s\n\n", c.version, verifyCommand(c.version, res.chartRef))
+		}
 	} else {
 		fmt.Fprintf(&b, "    sha256sum -c %s\n\n", sumsFile)
 	}

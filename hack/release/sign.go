@@ -45,9 +45,11 @@ func signatureFile(file string) string { return file + ".sig" }
 
 // seal finishes a release in c.registry, where publish pushed the index by
 // digest and nothing else: it attaches each platform's SBOM to its image
-// (attach.go); with a key it signs the index, attests each image's SBOM
-// and the build's provenance, and signs the chart and SHA256SUMS beside
-// them in the bundle; and only then tags the index with the version. Any
+// (attach.go) and pushes the chart by digest (ocichart.go); with a key it
+// signs the index and the chart there, attests each image's SBOM and the
+// build's provenance, and signs the chart's file and SHA256SUMS beside
+// them in the bundle; and only then tags the chart, and the index last,
+// with the version. Any
 // failure before the tag leaves the version unpublished (or where an
 // earlier run left it), never published without its signatures: a user
 // who pulls the version by its tag gets an index whose signature and
@@ -58,12 +60,32 @@ func seal(ctx context.Context, c config, idx v1.ImageIndex, binaries []binary, r
 	if err := attachSBOMs(ctx, c, idx, binaries, res.created); err != nil {
 		return err
 	}
+	if res.chartArtifact != nil {
+		if err := pushChart(ctx, res); err != nil {
+			return err
+		}
+	}
 	if c.cosignKey != "" {
 		if err := signRelease(ctx, c, binaries, res); err != nil {
 			return err
 		}
 	}
-	return tag(ctx, c, idx)
+	if res.chartArtifact != nil {
+		// Before the index's: the version is published when its image
+		// is tagged, and its chart is there by then.
+		digest, err := res.chartArtifact.Digest()
+		if err != nil {
+			return err
+		}
+		if err := tag(ctx, res.chartTag, c.version, res.chartArtifact, digest); err != nil {
+			return err
+		}
+	}
+	t, err := versionTag(c)
+	if err != nil {
+		return err
+	}
+	return tag(ctx, t, c.version, idx, res.index)
 }
 
 // signRelease makes every signature of a release with c.cosignKey, one
@@ -98,12 +120,19 @@ func signRelease(ctx context.Context, c config, binaries []binary, res *result) 
 	if err := runCosign(ctx, c, "attest", "--type", provenancePredicate, "--predicate", predicate, index); err != nil {
 		return err
 	}
+	if res.chartRef != "" {
+		// The chart in the registry, as helm install oci:// takes it,
+		// signed as the index is (with the version); the file in the
+		// bundle is signed below.
+		if err := signIndex(ctx, c, res.chartRef); err != nil {
+			return err
+		}
+	}
 	// Blobs last, SHA256SUMS the very last: its signature vouches for
-	// every file it lists. The chart is signed as the file users install
-	// (helm install takes the .tgz), not as an OCI artifact in the
-	// registry: one cosign verify-blob checks exactly that file, with no
-	// registry, where the signature of a copy in the registry would leave
-	// "is my file that copy?" to a second step.
+	// every file it lists. The chart's file is signed too (helm install
+	// takes the .tgz): one cosign verify-blob checks exactly that file,
+	// with no registry; the copy in the registry is signed above, for
+	// those who install from there.
 	for _, file := range []string{res.chart, sumsFile} {
 		path := filepath.Join(c.out, file)
 		if err := runCosign(ctx, c, "sign-blob", "--output-signature", signatureFile(path), path); err != nil {

@@ -293,6 +293,17 @@ func checkTagIsLast(t *testing.T, puts []string, c config, res *result) {
 	for _, p := range c.platforms {
 		want = append(want, "sha256-"+res.images[p].Hex+".att")
 	}
+	if res.chartRef != "" {
+		// The chart in the registry is signed, and tagged with its
+		// version before the index is.
+		_, digest, _ := strings.Cut(res.chartRef, "@sha256:")
+		want = append(want, "sha256-"+digest+".sig")
+		chartTag := chartVersion(c.version)
+		sig, i := slices.Index(puts, "sha256-"+digest+".sig"), slices.Index(puts, chartTag)
+		if sig < 0 || i < sig || slices.Index(puts, c.version) < i {
+			t.Errorf("the manifests were pushed in the order %v; want the chart's tag %s after its signature and before the index's tag", puts, chartTag)
+		}
+	}
 	for _, w := range want {
 		if !slices.Contains(puts, w) {
 			t.Errorf("nothing was pushed as %s (pushed: %v)", w, puts)

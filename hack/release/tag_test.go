@@ -41,11 +41,15 @@ func TestTagNeverMoves(t *testing.T) {
 	other := testIndex(t, c, "other")
 	publishedDigest, _ := published.Digest()
 	otherDigest, _ := other.Digest()
-
-	if err := tag(t.Context(), c, published); err != nil {
+	vt, err := versionTag(c)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := tag(t.Context(), c, published); err != nil {
+
+	if err := tag(t.Context(), vt, c.version, published, publishedDigest); err != nil {
+		t.Fatal(err)
+	}
+	if err := tag(t.Context(), vt, c.version, published, publishedDigest); err != nil {
 		t.Errorf("tagging the version again on the index it names: %v; want a no-op", err)
 	}
 	tagPuts := func() (n int) {
@@ -60,7 +64,7 @@ func TestTagNeverMoves(t *testing.T) {
 		t.Errorf("the tag was pushed %d times for two taggings of the same index; want once", n)
 	}
 
-	err := tag(t.Context(), c, other)
+	err = tag(t.Context(), vt, c.version, other, otherDigest)
 	if err == nil || !strings.Contains(err.Error(), publishedDigest.String()) || !strings.Contains(err.Error(), otherDigest.String()) {
 		t.Errorf("tagging the published version on another index: %v; want an error naming both digests", err)
 	}

@@ -50,7 +50,8 @@ import (
 // and the checksums' fail once the chart has changed by a byte. The notes
 // must give one command for each artifact: the checksums and their
 // signature, the image, each platform's SBOM attestation, the provenance
-// attestation, the chart. The registry records the manifests pushed to
+// attestation, the chart's file and the chart in the registry. The
+// registry records the manifests pushed to
 // it: the version's tag comes last, after every signature and
 // attestation.
 func TestReleaseVerifies(t *testing.T) {
@@ -169,7 +170,7 @@ func verifyCommands(t *testing.T, notes []byte, c config, res *result) []verifyC
 	}
 	section, _, _ = strings.Cut(section, "\n## ")
 	index := c.registry + "@" + res.index.String()
-	want := []string{"checksums", "SHA256SUMS", "image", "provenance", "chart"}
+	want := []string{"checksums", "SHA256SUMS", "image", "provenance", "chart", "chart in the registry"}
 	for _, p := range c.platforms {
 		want = append(want, "SBOM of "+p)
 	}
@@ -189,6 +190,8 @@ func verifyCommands(t *testing.T, notes []byte, c config, res *result) []verifyC
 		case f[0] != "cosign" || len(f) < 3:
 		case f[1] == "verify" && last == index:
 			artifact = "image"
+		case f[1] == "verify" && last == res.chartRef:
+			artifact = "chart in the registry"
 		case f[1] == "verify-blob" && last == "SHA256SUMS":
 			artifact = "SHA256SUMS"
 		case f[1] == "verify-blob" && last == chartFile(c.version):

@@ -91,6 +91,7 @@ func (r *countingRegistry) take() map[string]int {
 type release struct {
 	dir   string // the bundle
 	ref   string // repo@sha256:..., what install.yaml runs
+	chart string // oci://host/charts/bar-controller@sha256:..., chart.txt
 	index v1.Hash
 	// images are the index's manifests by architecture; blobs each image's
 	// config and layers.
@@ -163,6 +164,11 @@ func makeRelease(t *testing.T, reg *countingRegistry, cosign string) *release {
 		t.Fatal(err)
 	}
 	rel.ref = strings.TrimSpace(string(image))
+	chart, err := os.ReadFile(filepath.Join(rel.dir, "chart.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel.chart = strings.TrimSpace(string(chart))
 	d, err := name.NewDigest(rel.ref)
 	if err != nil || d.Context() != reg.repo {
 		t.Fatalf("the release names %q, not an image by digest in %s (%v)", rel.ref, reg.repo, err)

@@ -53,7 +53,8 @@ const helmNamespace = "bar-release"
 // which has none of the release's bytes, pulls the image by digest from
 // there (counted at the registry); and the release runs twice, from a
 // cluster with no bar-controller each time: (a) install.yaml applied as it
-// is, (b) helm install of the chart with the release's digest. Each must
+// is, (b) helm install of the chart the release pushed beside the image,
+// from the registry by digest (oci://...@sha256:). Each must
 // give two Ready replicas running the pushed digest, a conversion webhook
 // that converts a Bar written in v1alpha1, and that Bar converged.
 //
@@ -92,9 +93,11 @@ func TestReleaseFromRegistry(t *testing.T) {
 	t.Run("helm", func(t *testing.T) {
 		notOnNode(t, e, rel, true)
 		reg.take()
-		helmInstall(t, e, helm, reg, rel)
+		helmInstall(t, e, helm, rel)
 		pods := waitRelease(t, e, helmNamespace, rel)
-		checkPulled(t, reg.take(), rel, false)
+		requests := reg.take()
+		checkChartPulled(t, requests, rel)
+		checkPulled(t, requests, rel, false)
 		checkServes(t, e, helmNamespace, pods, "release-helm")
 	})
 	t.Logf("release, checks and both installs from the registry: %v", time.Since(begin).Round(time.Second))
@@ -244,20 +247,13 @@ func checkServes(t *testing.T, e *env, ns string, pods []corev1.Pod, scraper str
 	}
 }
 
-// helmInstall installs the chart as the README says, with the release's
-// image by digest: the chart in the release bundle when it holds one,
-// else the repository's.
-func helmInstall(t *testing.T, e *env, helm string, reg *countingRegistry, rel *release) {
+// helmInstall installs the release's chart as its notes say: from the
+// registry, by the digest chart.txt names (oci://...@sha256:), with no
+// value set: the chart there runs the release's image by digest on its
+// own. helm fetches the chart from the registry (checkChartPulled).
+func helmInstall(t *testing.T, e *env, helm string, rel *release) {
 	t.Helper()
-	root, err := localcluster.ModuleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	chart := filepath.Join(root, "charts", "bar-controller")
-	if packaged, _ := filepath.Glob(filepath.Join(rel.dir, "bar-controller-*.tgz")); len(packaged) == 1 {
-		chart = packaged[0]
-	}
-	t.Logf("helm install of %s", chart)
+	t.Logf("helm install of %s", rel.chart)
 	ctx := t.Context()
 	for _, args := range [][]string{
 		{"create", "namespace", helmNamespace},
@@ -267,11 +263,31 @@ func helmInstall(t *testing.T, e *env, helm string, reg *countingRegistry, rel *
 			t.Fatalf("%v\n%s", err, out)
 		}
 	}
-	cmd := exec.CommandContext(ctx, helm, "install", "bar-controller", chart, "--namespace", helmNamespace,
-		"--set", "image.repository="+reg.repo.String(), "--set", "image.digest="+rel.index.String())
+	// --plain-http: the test's registry is on loopback, without TLS.
+	cmd := exec.CommandContext(ctx, helm, "install", "bar-controller", rel.chart, "--plain-http", "--namespace", helmNamespace)
 	cmd.Env = append(os.Environ(), helmEnv(t, e)...)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("helm install: %v\n%s", err, out)
+	}
+}
+
+// checkChartPulled: helm fetched the chart's manifest by its digest, and
+// its archive, from the registry.
+func checkChartPulled(t *testing.T, requests map[string]int, rel *release) {
+	t.Helper()
+	repo, digest, ok := strings.Cut(strings.TrimPrefix(rel.chart, "oci://"), "@")
+	_, path, _ := strings.Cut(repo, "/")
+	if !ok || requests["GET /v2/"+path+"/manifests/"+digest] == 0 {
+		t.Errorf("helm never fetched the chart %s by digest (requests: %v)", rel.chart, requests)
+	}
+	blobs := 0
+	for r, n := range requests {
+		if strings.HasPrefix(r, "GET /v2/"+path+"/blobs/") {
+			blobs += n
+		}
+	}
+	if blobs == 0 {
+		t.Errorf("helm fetched no blob of the chart from the registry (requests: %v)", requests)
 	}
 }
 
