@@ -50,7 +50,8 @@ func verifySignature(t *testing.T, rel *release, cosign string) {
 	}
 	var args []string
 	for line := range strings.Lines(string(notes)) {
-		if f := strings.Fields(line); len(f) > 2 && f[0] == "cosign" && f[1] == "verify" {
+		// The image's command (the chart in the registry has its own).
+		if f := strings.Fields(line); len(f) > 2 && f[0] == "cosign" && f[1] == "verify" && f[len(f)-1] == rel.ref {
 			args = f[1:]
 		}
 	}
