@@ -107,11 +107,18 @@ func chartAt(t *testing.T, commit string) string {
 // startCluster starts etcd and kube-apiserver, with flags, for this test.
 func startCluster(t *testing.T, flags ...string) *localcluster.Cluster {
 	t.Helper()
+	return startClusterWith(t, localcluster.Options{APIServerFlags: flags})
+}
+
+// startClusterWith starts what opts says (its Dir is the test's own).
+func startClusterWith(t *testing.T, opts localcluster.Options) *localcluster.Cluster {
+	t.Helper()
 	dir, err := os.MkdirTemp("", "bar-chart-upgrade-")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cluster, err := localcluster.Start(t.Context(), localcluster.Options{Dir: dir, APIServerFlags: flags})
+	opts.Dir = dir
+	cluster, err := localcluster.Start(t.Context(), opts)
 	t.Cleanup(func() {
 		if cluster != nil {
 			cluster.Stop()

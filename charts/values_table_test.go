@@ -244,6 +244,24 @@ var valueCases = []valueCase{
 				t.Errorf("the binary takes %s as %v, %v; want two CIDRs", want, o.APIServerCIDRs, err)
 			}
 		}, "webhook: {apiServerCIDRs: [10.0.0.11/32, 128.0.0.0/1]}", "/webhook/apiServerCIDRs/1"},
+	{"rbac.aggregateClusterRoles", "rbac: {aggregateClusterRoles: true}",
+		func(t *testing.T, r rendered) {
+			view, edit := r.objects["ClusterRole/<nil>/bar-controller-view"], r.objects["ClusterRole/<nil>/bar-controller-edit"]
+			if view == nil || edit == nil {
+				t.Fatal("no bar-controller-view and bar-controller-edit ClusterRoles")
+			}
+			for role, want := range map[string][]string{"view": {"view", "edit", "admin"}, "edit": {"edit", "admin"}} {
+				l := labels(r.objects["ClusterRole/<nil>/bar-controller-"+role])
+				for _, to := range want {
+					if l["rbac.authorization.k8s.io/aggregate-to-"+to] != "true" {
+						t.Errorf("bar-controller-%s does not aggregate to %s: %v", role, to, l)
+					}
+				}
+			}
+			if raw := fmt.Sprint(edit["rules"]); strings.Contains(raw, "status") {
+				t.Errorf("the edit role writes the status, which is the controller's: %s", raw)
+			}
+		}, `rbac: {aggregateClusterRoles: "true"}`, "/rbac/aggregateClusterRoles"},
 	{"monitoring.serviceMonitor.labels and monitoring.prometheusRule.labels",
 		"monitoring: {serviceMonitor: {enabled: true, labels: {release: kps}}, prometheusRule: {enabled: true, labels: {release: kps}}}",
 		func(t *testing.T, r rendered) {
