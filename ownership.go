@@ -29,7 +29,7 @@ import (
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 
-	"github.com/barcontroller/bar-controller/internal/memo"
+	"github.com/barcontroller/bar-controller/internal/fieldset"
 )
 
 // This file decides whether a Deployment has drifted from what its Bar
@@ -249,70 +249,48 @@ func keyedByName(name string) *fieldpath.PathElement {
 // the fields deploymentDrift asks about. The create that made the
 // Deployment owns every field the API server defaulted too (strategy,
 // restart and DNS policy, termination message path...): 60 % of the
-// entry, kept for every Deployment, never read. Parsing and writing it
-// back costs about 40 µs (BenchmarkTrimDeployment), and an entry forged
-// under the controller's name up to maxOwnedFieldsBytes costs
-// milliseconds; prunedFields remembers the result by the entry's bytes,
-// so that an entry is parsed once, not on every watch event of its
-// Deployment (issue 39, sixteenth review).
-// TestDriftPrefixesCoverDesiredFields keeps driftPrefixes and
-// desiredFields in step.
+// entry, kept for every Deployment, never read. The pruning reads the
+// entry once, copying what a prefix reaches as it is
+// (internal/fieldset): an entry anyone may forge under the controller's
+// name, up to maxOwnedFieldsBytes and new on every write, costs about
+// what decoding its bytes does, where a parse into a fieldpath.Set cost
+// 25 times an ordinary event, and a table of earlier results could be
+// made to forget them (issue 39, sixteenth and seventeenth reviews). An
+// entry that does not read is kept whole, so that appliedFields sees it
+// fail as before. TestDriftPrefixesCoverDesiredFields keeps
+// driftPrefixes and desiredFields in step.
 func pruneOwnedFields(e metav1.ManagedFieldsEntry) metav1.ManagedFieldsEntry {
 	if e.FieldsV1 == nil || e.Operation == metav1.ManagedFieldsOperationApply && len(e.FieldsV1.Raw) <= maxUnprunedApplyBytes {
 		// An apply of newDeployment owns what it sent, which is what
-		// drift asks about already; parsing costs more than the few
+		// drift asks about already; reading it costs more than the few
 		// fields it would drop. A longer one is pruned like any.
 		return e
 	}
-	e.FieldsV1 = &metav1.FieldsV1{Raw: prunedFields.Get(e.FieldsV1.Raw)}
+	raw, ok := fieldset.Prune(e.FieldsV1.Raw, driftKeys)
+	if !ok {
+		raw = e.FieldsV1.Raw
+	}
+	e.FieldsV1 = &metav1.FieldsV1{Raw: bytes.Clone(raw)} // not the decoder's buffer, nor spare capacity
 	return e
 }
 
-// prunedFields holds pruneFieldsJSON's results, shared by the cached
-// Deployments (nothing writes a cached object). 4,096 entries is a
-// Deployment's create entry each for that many Deployments; 1 MiB bounds
-// what it holds of entries whose Deployments are gone.
-var prunedFields = memo.New(pruneFieldsJSON, 4096, 1<<20)
-
-// pruneFieldsJSON is the part of a managedFields entry's fields under
-// driftPrefixes. An entry that does not parse is kept whole, so that
-// appliedFields sees it fail as before.
-func pruneFieldsJSON(raw []byte) []byte {
-	all := &fieldpath.Set{}
-	if err := all.FromJSON(bytes.NewReader(raw)); err != nil {
-		return bytes.Clone(raw) // not the decoder's buffer
-	}
-	kept := &fieldpath.Set{}
-	all.Iterate(func(p fieldpath.Path) {
-		if underDriftPrefix(p) {
-			kept.Insert(p.Copy())
-		}
-	})
-	out, err := kept.ToJSON()
-	if err != nil {
-		return bytes.Clone(raw)
-	}
-	return bytes.Clone(out) // without the buffer's spare capacity
-}
-
-func underDriftPrefix(p fieldpath.Path) bool {
-	for _, prefix := range driftPrefixes {
-		if len(p) < len(prefix) {
-			continue
-		}
-		match := true
-		for i, pe := range prefix {
-			if pe != nil && !p[i].Equals(*pe) {
-				match = false
-				break
+// driftKeys are driftPrefixes as FieldsV1 writes their elements.
+var driftKeys = func() [][]string {
+	keys := make([][]string, len(driftPrefixes))
+	for i, prefix := range driftPrefixes {
+		for _, pe := range prefix {
+			k := fieldset.Any
+			if pe != nil {
+				var err error
+				if k, err = fieldpath.SerializePathElement(*pe); err != nil {
+					panic(err) // the prefixes are constants
+				}
 			}
-		}
-		if match {
-			return true
+			keys[i] = append(keys[i], k)
 		}
 	}
-	return false
-}
+	return keys
+}()
 
 func sortedResourceNames(l corev1.ResourceList) []string {
 	names := make([]string, 0, len(l))
