@@ -151,6 +151,7 @@ func TestChartMatchesKustomize(t *testing.T) {
 					delete(md, "annotations")
 				}
 			}
+			withoutHelmLabels(t, got)
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("helm template differs from kubectl kustomize %s (-kustomize +helm):\n%s", tc.kustomization, diff)
 			}
@@ -311,6 +312,28 @@ func TestCRDPolicyAdmitsTheRelease(t *testing.T) {
 		}
 		if !strings.Contains(match, "endsWith(':"+name+"')") && !strings.Contains(match, "== '"+identity+"'") {
 			t.Errorf("namespace %s, ServiceAccount %s: the policy's matchConditions %q do not match the release's identity", tc.ns, name, match)
+		}
+	}
+}
+
+// withoutHelmLabels checks that Helm's recommended labels are on every
+// object the chart rendered (not on its Pods: TestValues), as a release
+// named bar-controller of the chart in the tree sets them, and removes
+// them: they are all the chart adds to kustomize's objects.
+func withoutHelmLabels(t *testing.T, objs map[string]map[string]any) {
+	t.Helper()
+	for key, obj := range objs {
+		md := obj["metadata"].(map[string]any)
+		l, _ := md["labels"].(map[string]any)
+		for k, v := range map[string]string{"app.kubernetes.io/instance": "bar-controller", "app.kubernetes.io/version": "dev",
+			"app.kubernetes.io/managed-by": "Helm", "helm.sh/chart": "bar-controller-0.1.0"} {
+			if l[k] != v {
+				t.Errorf("%s: label %s is %v, want %s", key, k, l[k], v)
+			}
+			delete(l, k)
+		}
+		if len(l) == 0 {
+			delete(md, "labels")
 		}
 	}
 }

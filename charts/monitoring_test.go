@@ -79,6 +79,7 @@ func TestChartMonitoringMatchesKustomize(t *testing.T) {
 		t.Errorf("%s: label grafana_dashboard %v, want \"1\" (the Grafana sidecar's default)", dashboard, l)
 	}
 
+	withoutHelmLabels(t, got)
 	for key, w := range want {
 		if diff := cmp.Diff(w, got[key]); diff != "" {
 			t.Errorf("%s: helm template differs from kubectl kustomize artifacts/monitoring (-kustomize +helm):\n%s", key, diff)

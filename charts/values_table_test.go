@@ -244,6 +244,15 @@ var valueCases = []valueCase{
 				t.Errorf("the binary takes %s as %v, %v; want two CIDRs", want, o.APIServerCIDRs, err)
 			}
 		}, "webhook: {apiServerCIDRs: [10.0.0.11/32, 128.0.0.0/1]}", "/webhook/apiServerCIDRs/1"},
+	{"Helm's recommended labels but not on the Pods", "",
+		func(t *testing.T, r rendered) {
+			if l := r.deployment.Labels; l["app.kubernetes.io/instance"] != "bar-controller" || l["helm.sh/chart"] != "bar-controller-0.1.0" {
+				t.Errorf("the Deployment's labels %v, want the release's and the chart's", l)
+			}
+			if l := r.deployment.Spec.Template.Labels; l["helm.sh/chart"] != "" || l["app.kubernetes.io/version"] != "" {
+				t.Errorf("the Pods' labels %v carry the chart's version: a chart upgrade alone would roll them", l)
+			}
+		}, "commonLabels: {app.kubernetes.io/instance: other}", "/commonLabels/app.kubernetes.io~1instance"},
 	{"rbac.aggregateClusterRoles", "rbac: {aggregateClusterRoles: true}",
 		func(t *testing.T, r rendered) {
 			view, edit := r.objects["ClusterRole/<nil>/bar-controller-view"], r.objects["ClusterRole/<nil>/bar-controller-edit"]

@@ -8,12 +8,31 @@ app.kubernetes.io/name: bar-controller
 {{- end }}
 
 {{/*
-The labels of every object's metadata: the chart's, then commonLabels
-(the schema refuses the chart's own keys there). Selectors use
-bar-controller.labels alone: they cannot change after install.
+The labels of every object's metadata: the chart's, the ones Helm's
+conventions recommend (the release, the version, the manager, the chart:
+which release an object is of, for kubectl get -l and for tools that group
+by them), then commonLabels (the schema refuses all of these keys there).
+Selectors use bar-controller.labels alone, as they cannot change after
+install, and the Pods bar-controller.podMetaLabels, without these: a new
+chart version alone would otherwise roll the replicas.
 */}}
+{{- define "bar-controller.podMetaLabels" -}}
+{{ include "bar-controller.labels" . }}
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{- define "bar-controller.helmLabels" -}}
+app.kubernetes.io/instance: {{ .Release.Name | quote }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service | quote }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | quote }}
+{{- end }}
+
 {{- define "bar-controller.metaLabels" -}}
 {{ include "bar-controller.labels" . }}
+{{ include "bar-controller.helmLabels" . }}
 {{- with .Values.commonLabels }}
 {{ toYaml . }}
 {{- end }}
