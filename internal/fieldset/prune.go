@@ -42,7 +42,14 @@ import (
 // a member), and whose values are objects of the same form; a member is
 // a path to a "." or to an empty object. The members kept are those whose
 // path begins with a prefix: the result holds the same members as
-// fieldpath.Set's parse, filter and write-back (TestPruneAgreesWithSet).
+// fieldpath.Set's parse, filter and write-back (TestPruneAgreesWithSet)
+// for FieldsV1 in the form the API server stores it, which is every entry
+// a watch event carries: it parses each entry it is sent into a
+// fieldpath.Set and stores that set written back (apimachinery's
+// fieldmanager), so no escaped ".", duplicate key, null or unusual
+// spelling of a k: key reaches the controller (eighteenth review, with a
+// real API server). On such bytes, which only a test can hand it, the two
+// may differ.
 
 // Any is the prefix element that matches every key at its place (the
 // controller's one owner reference, whatever its UID).
