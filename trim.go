@@ -111,14 +111,14 @@ const (
 	// own (2 x MaxResources names of barcontroller.MaxResourceNameBytes,
 	// about 22 KiB) with room to spare. The API server keeps at most two
 	// entries under one manager (its Apply and one Update), so a forged
-	// pair costs at most 64 KiB and, over the bound, no parse (sixteenth
-	// review: two of 63 KiB each made a cached copy of 128 KiB and cost
-	// every watch event 5 ms). A longer entry under the controller's manager name
+	// pair costs at most 64 KiB and, over the bound, is not read at all
+	// (sixteenth review: two of 63 KiB each made a cached copy of 128 KiB
+	// and, parsed as they then were, cost every watch event 5 ms). A longer entry under the controller's manager name
 	// was not written by it (any client may name itself bar-controller)
 	// and is dropped: the fields it claimed then count as not the
 	// controller's, which at worst costs an apply that replaces it.
 	maxOwnedFieldsBytes = 32 << 10
-	// maxUnprunedApplyBytes is the longest Apply entry kept unparsed:
+	// maxUnprunedApplyBytes is the longest Apply entry kept unpruned:
 	// newDeployment's is about 700 bytes with a few resources.
 	maxUnprunedApplyBytes = 4 << 10
 	// maxHashBytes bounds the desired-hash annotation kept: desiredHash's
@@ -187,8 +187,8 @@ func trimDeployment(obj interface{}) (interface{}, error) {
 	for _, e := range d.ManagedFields {
 		if !isOurWrite(e) || e.FieldsV1 != nil && len(e.FieldsV1.Raw) > maxOwnedFieldsBytes {
 			// Longer than any the controller writes, before pruning too:
-			// not parsed, which would cost a watch event 20 ms and 29 MB
-			// for 1.4 MiB (fifteenth review, m1).
+			// not read (a parse of 1.4 MiB cost a watch event 20 ms and
+			// 29 MB: fifteenth review, m1).
 			continue
 		}
 		if e = pruneOwnedFields(e); e.FieldsV1 == nil || len(e.FieldsV1.Raw) <= maxOwnedFieldsBytes {

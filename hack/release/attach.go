@@ -105,33 +105,36 @@ type artifact struct {
 }
 
 func newArtifact(content []byte, title string, subject v1.Descriptor, created time.Time) (v1.Image, error) {
-	blob := static.NewLayer(content, sbomMediaType)
+	return oneBlobArtifact(v1.Manifest{
+		ArtifactType: sbomMediaType,
+		Config:       v1.Descriptor{MediaType: types.OCIEmptyJSON, Data: emptyJSON},
+		Layers:       []v1.Descriptor{{MediaType: sbomMediaType, Annotations: map[string]string{"org.opencontainers.image.title": title}}},
+		Subject:      &subject,
+		Annotations:  map[string]string{"org.opencontainers.image.created": created.UTC().Format(time.RFC3339)},
+	}, emptyJSON, content)
+}
+
+// oneBlobArtifact completes m, an OCI manifest with one layer whose media
+// types and annotations are set, with config and content's digests and
+// sizes, and returns it as an image to push.
+func oneBlobArtifact(m v1.Manifest, config, content []byte) (v1.Image, error) {
+	blob := static.NewLayer(content, m.Layers[0].MediaType)
 	blobDigest, err := blob.Digest()
 	if err != nil {
 		return nil, err
 	}
-	emptyDigest, _, err := v1.SHA256(bytes.NewReader(emptyJSON))
+	configDigest, _, err := v1.SHA256(bytes.NewReader(config))
 	if err != nil {
 		return nil, err
 	}
-	manifest, err := json.Marshal(v1.Manifest{
-		SchemaVersion: 2,
-		MediaType:     types.OCIManifestSchema1,
-		ArtifactType:  sbomMediaType,
-		Config:        v1.Descriptor{MediaType: types.OCIEmptyJSON, Digest: emptyDigest, Size: int64(len(emptyJSON)), Data: emptyJSON},
-		Layers: []v1.Descriptor{{
-			MediaType:   sbomMediaType,
-			Digest:      blobDigest,
-			Size:        int64(len(content)),
-			Annotations: map[string]string{"org.opencontainers.image.title": title},
-		}},
-		Subject:     &subject,
-		Annotations: map[string]string{"org.opencontainers.image.created": created.UTC().Format(time.RFC3339)},
-	})
+	m.SchemaVersion, m.MediaType = 2, types.OCIManifestSchema1
+	m.Config.Digest, m.Config.Size = configDigest, int64(len(config))
+	m.Layers[0].Digest, m.Layers[0].Size = blobDigest, int64(len(content))
+	manifest, err := json.Marshal(m)
 	if err != nil {
 		return nil, err
 	}
-	return partial.CompressedToImage(&artifact{manifest: manifest, config: emptyJSON, blob: blob})
+	return partial.CompressedToImage(&artifact{manifest: manifest, config: config, blob: blob})
 }
 
 func (a *artifact) RawConfigFile() ([]byte, error)      { return a.config, nil }

@@ -33,9 +33,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/partial"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"sigs.k8s.io/yaml"
 )
@@ -127,26 +125,11 @@ func chartArtifact(tgz []byte, created time.Time) (v1.Image, error) {
 	if len(meta.Sources) > 0 {
 		annotations["org.opencontainers.image.source"] = meta.Sources[0]
 	}
-	layer := static.NewLayer(tgz, helmChartMediaType)
-	layerDigest, err := layer.Digest()
-	if err != nil {
-		return nil, err
-	}
-	configDigest, _, err := v1.SHA256(bytes.NewReader(config))
-	if err != nil {
-		return nil, err
-	}
-	manifest, err := json.Marshal(v1.Manifest{
-		SchemaVersion: 2,
-		MediaType:     types.OCIManifestSchema1,
-		Config:        v1.Descriptor{MediaType: helmConfigMediaType, Digest: configDigest, Size: int64(len(config))},
-		Layers:        []v1.Descriptor{{MediaType: helmChartMediaType, Digest: layerDigest, Size: int64(len(tgz))}},
-		Annotations:   annotations,
-	})
-	if err != nil {
-		return nil, err
-	}
-	return partial.CompressedToImage(&artifact{manifest: manifest, config: config, blob: layer})
+	return oneBlobArtifact(v1.Manifest{
+		Config:      v1.Descriptor{MediaType: helmConfigMediaType},
+		Layers:      []v1.Descriptor{{MediaType: helmChartMediaType}},
+		Annotations: annotations,
+	}, config, tgz)
 }
 
 // fileInArchive is the file at name in the gzipped tar tgz.
