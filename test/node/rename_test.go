@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -58,7 +59,7 @@ func TestRenameServesWithoutInterruption(t *testing.T) {
 	}
 	waitAvailable(t, e, ns.Name, "svc", 2)
 
-	p := &prober{kube: e, ns: ns.Name, selector: "barcontroller.dev/bar=svc", answered: map[types.UID]bool{}}
+	p := &prober{kube: e, ns: ns.Name, selector: "barcontroller.dev/bar=svc", answered: map[types.UID]bool{}, served: map[string]int{}}
 	probeCtx, stopProbing := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); p.run(probeCtx) }()
@@ -80,17 +81,26 @@ func TestRenameServesWithoutInterruption(t *testing.T) {
 		t.Fatalf("waiting for the old Deployment and its Pods to go: %v", err)
 	}
 	t.Logf("rename to a new Deployment with 2 available replicas, old one and its Pods gone: %v", time.Since(start).Round(time.Millisecond))
-	time.Sleep(time.Second) // and the client goes on a little with the new Pods alone
+	// The client goes on with the new Pods alone for a few requests.
+	gone := p.servedBy("svc-b")
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		return p.servedBy("svc-b") >= gone+5, nil
+	})
+	if err != nil {
+		t.Errorf("the new Pods answered %d requests once the old ones were gone, want 5", p.servedBy("svc-b")-gone)
+	}
 	stopProbing()
 	<-done
 
 	requests, starting, failures := p.result()
-	t.Logf("%d requests every 100 ms through the rename, %d failed; %d more found only Ready Pods not listening yet", requests, len(failures), starting)
-	// A count, not a time: the window (from the patch until the old Pods
-	// are gone, and a second more) holds some 10 requests a second, so 20
-	// says it spanned the rename rather than a moment of it.
-	if requests < 20 {
-		t.Errorf("only %d requests: the window proves nothing", requests)
+	t.Logf("%d requests every 100 ms through the rename (%d answered by svc-a's Pods, %d by svc-b's), %d failed; %d more found only Ready Pods not listening yet",
+		requests, p.servedBy("svc-a"), p.servedBy("svc-b"), len(failures), starting)
+	// Counts, not a time: the window spanned the rename if requests were
+	// answered by the old Deployment's Pods after the patch and by the
+	// new one's after the old Pods were gone (the five above). How many
+	// fit in between depends on how fast the node runs the rename.
+	if p.servedBy("svc-a") == 0 {
+		t.Error("no request was answered by the old Deployment's Pods: the window began after the rename")
 	}
 	for _, f := range failures {
 		t.Errorf("a request failed: %s", f)
@@ -145,6 +155,16 @@ type prober struct {
 	// it is terminating still fails the test.
 	starting int
 	answered map[types.UID]bool
+	// served counts the answered requests by the Deployment whose Pod
+	// answered (the Pod's name begins with it).
+	served map[string]int
+}
+
+// servedBy is how many requests a Pod of the Deployment answered.
+func (p *prober) servedBy(deployment string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.served[deployment]
 }
 
 func (p *prober) run(ctx context.Context) {
@@ -201,7 +221,20 @@ func (p *prober) once(ctx context.Context, client *http.Client, i int) error {
 	}
 	switch {
 	case len(serving) > 0:
-		return get(ctx, client, serving[i%len(serving)])
+		pod := serving[i%len(serving)]
+		if err := get(ctx, client, pod); err != nil {
+			return err
+		}
+		// The Pod's name is its ReplicaSet's and a suffix, the
+		// ReplicaSet's its Deployment's and a hash.
+		if rs := strings.LastIndex(pod.Name, "-"); rs > 0 {
+			if d := strings.LastIndex(pod.Name[:rs], "-"); d > 0 {
+				p.mu.Lock()
+				p.served[pod.Name[:d]]++
+				p.mu.Unlock()
+			}
+		}
+		return nil
 	case ready > 0:
 		return errStarting
 	}
