@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	kubeinformers "k8s.io/client-go/informers"
@@ -28,14 +29,18 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	appslisters "k8s.io/client-go/listers/apps/v1"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
+	"github.com/barcontroller/bar-controller/internal/shards"
 	barv1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1"
 	clientset "github.com/barcontroller/bar-controller/pkg/generated/clientset/versioned"
 	barscheme "github.com/barcontroller/bar-controller/pkg/generated/clientset/versioned/scheme"
+	barinformers "github.com/barcontroller/bar-controller/pkg/generated/informers/externalversions"
 	informers "github.com/barcontroller/bar-controller/pkg/generated/informers/externalversions/barcontroller/v1"
 	listers "github.com/barcontroller/bar-controller/pkg/generated/listers/barcontroller/v1"
 )
@@ -120,6 +125,22 @@ type Controller struct {
 	recorder    events.EventRecorder
 	logger      klog.Logger
 	now         func() metav1.Time
+
+	// shard, when set, is the one shard of the Bars this controller
+	// syncs (--shards, InShard).
+	shard *shards.Shard
+}
+
+// An Option changes how NewController builds the controller.
+type Option func(*Controller)
+
+// InShard makes a controller of one shard (internal/shards): its caches
+// hold that shard's Bars and Deployments only, its work queue is named
+// for it (bars-shard-<k>-of-<N> in the workqueue metrics), and the
+// Deployments it writes carry their Bar's bucket label, by which the
+// shard's Deployment cache selects them.
+func InShard(s shards.Shard) Option {
+	return func(c *Controller) { c.shard = &s }
 }
 
 // NewController wires the handlers and indexes into the informers. Call it
@@ -130,7 +151,8 @@ func NewController(
 	barclientset clientset.Interface,
 	deploymentInformer appsinformers.DeploymentInformer,
 	deploymentMetaInformer kubeinformers.GenericInformer,
-	barInformer informers.BarInformer) (*Controller, error) {
+	barInformer informers.BarInformer,
+	options ...Option) (*Controller, error) {
 	logger := klog.FromContext(ctx)
 
 	// Events go through the events.k8s.io API's recorder, as kube-scheduler's
@@ -162,14 +184,21 @@ func NewController(
 		barsLister:            barInformer.Lister(),
 		barsIndexer:           barInformer.Informer().GetIndexer(),
 		barsSynced:            barInformer.Informer().HasSynced,
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.DefaultTypedControllerRateLimiter[cache.ObjectName](),
-			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: "bars"}),
-		broadcaster: broadcaster,
-		eventSink:   eventSink,
-		logger:      logger,
-		now:         metav1.Now,
+		broadcaster:           broadcaster,
+		eventSink:             eventSink,
+		logger:                logger,
+		now:                   metav1.Now,
 	}
+	for _, o := range options {
+		o(c)
+	}
+	queueName := "bars"
+	if c.shard != nil {
+		queueName += "-shard-" + c.shard.String()
+	}
+	c.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
+		workqueue.DefaultTypedControllerRateLimiter[cache.ObjectName](),
+		workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: queueName})
 	c.recorder = c.newRecorder()
 	c.writes = newWriteTracker(trackedStores(deploymentInformer.Informer().GetIndexer(), c.barsIndexer))
 
@@ -204,4 +233,83 @@ func NewController(
 // then the controller would mistake "not cached yet" for "does not exist".
 func (c *Controller) HasSynced() bool {
 	return c.barsSynced() && c.deploymentsSynced() && c.deploymentMetaSynced()
+}
+
+// clients are the API clients every controller of the process shares.
+type clients struct {
+	kube kubernetes.Interface
+	bars clientset.Interface
+	meta metadata.Interface
+}
+
+// caches are one controller's informer factories.
+type caches struct {
+	kube kubeinformers.SharedInformerFactory
+	meta metadatainformer.SharedInformerFactory
+	bars barinformers.SharedInformerFactory
+}
+
+func (c caches) start(stop <-chan struct{}) {
+	c.kube.Start(stop)
+	c.meta.Start(stop)
+	c.bars.Start(stop)
+}
+
+// shutdown waits, briefly, for the informers to stop (shutdownInformers).
+func (c caches) shutdown(logger klog.Logger) {
+	shutdownInformers(logger, informerShutdownTimeout, c.kube, c.meta, c.bars)
+}
+
+// newController builds a controller and the informers it reads: of every
+// Bar in the namespace (shard nil), or of one shard's (InShard).
+//
+// Deployments are watched twice, so that the cache holds only what the
+// controller reads, and each Deployment once. Whole: the ones with the
+// managed-by label newDeployment sets, to compare with what their Bars
+// want. Metadata only (the API server sends nothing else): every other
+// Deployment, so that one that stands in a Bar's way is seen, and never
+// written to, and its removal wakes that Bar. Unrelated Deployments
+// then cost their name, UID and controller reference
+// (trimDeploymentMetadata), not a decoded Deployment; a Deployment
+// moves from one cache to the other when its label is added or removed.
+//
+// A shard's whole cache holds the managed Deployments of its buckets
+// (shards.BucketLabel), and its metadata cache every Deployment without
+// a bucket: the unrelated ones, and ours from before --shards, until
+// their first sync gives them one. The API server filters its Bars
+// (shards.NewBarInformer).
+func newController(ctx context.Context, opts options, cl clients, shard *shards.Shard) (*Controller, caches, error) {
+	managed, others := managedSelector, othersSelector
+	if shard != nil {
+		managed += "," + shard.DeploymentRequirement()
+		others = "!" + shards.BucketLabel
+	}
+	c := caches{
+		kube: kubeinformers.NewSharedInformerFactoryWithOptions(cl.kube, opts.resyncPeriod,
+			kubeinformers.WithNamespace(opts.namespace), kubeinformers.WithTransform(trimDeployment),
+			kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = managed })),
+		meta: metadatainformer.NewFilteredSharedInformerFactory(cl.meta, 0, opts.namespace,
+			func(o *metav1.ListOptions) { o.LabelSelector = others }),
+		bars: barinformers.NewSharedInformerFactoryWithOptions(cl.bars, opts.resyncPeriod,
+			barinformers.WithNamespace(opts.namespace), barinformers.WithTransform(trimBar)),
+	}
+	deploymentMeta := c.meta.ForResource(appsv1.SchemeGroupVersion.WithResource("deployments"))
+	if err := deploymentMeta.Informer().SetTransform(trimDeploymentMetadata); err != nil {
+		return nil, c, err
+	}
+	var options []Option
+	if shard != nil {
+		// Registered first, the shard's informer is the one the factory
+		// hands out for Bars.
+		c.bars.InformerFor(&barv1.Bar{}, func(client clientset.Interface, resync time.Duration) cache.SharedIndexInformer {
+			return shards.NewBarInformer(klog.FromContext(ctx), client, opts.namespace, resync, *shard)
+		})
+		options = append(options, InShard(*shard))
+	}
+	controller, err := NewController(ctx, cl.kube, cl.bars,
+		c.kube.Apps().V1().Deployments(), deploymentMeta, c.bars.Barcontroller().V1().Bars(), options...)
+	if err != nil {
+		return nil, c, err
+	}
+	return controller, c, controller.Trace(opts.trace)
 }

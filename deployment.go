@@ -32,6 +32,7 @@ import (
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/barcontroller/bar-controller/internal/shards"
 	barv1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1"
 )
 
@@ -88,6 +89,19 @@ func desiredDeployment(bar *barv1.Bar) *appsv1ac.DeploymentApplyConfiguration {
 				WithLabels(labels).
 				WithSpec(corev1ac.PodSpec().
 					WithContainers(desiredContainer(bar)))))
+}
+
+// wantDeployment is desiredDeployment for this controller: sharded, the
+// Deployment also carries its Bar's bucket (shards.BucketLabel), which
+// puts it in the shard's Deployment cache (InShard). A Deployment of an
+// unsharded controller gains the label at the first sync after --shards
+// goes above 1: one apply each, once.
+func (c *Controller) wantDeployment(bar *barv1.Bar) *appsv1ac.DeploymentApplyConfiguration {
+	want := desiredDeployment(bar)
+	if c.shard != nil {
+		want.WithLabels(map[string]string{shards.BucketLabel: shards.BucketValue(bar.UID)})
+	}
+	return want
 }
 
 // deploymentObject is want as the object a create sends: the fields

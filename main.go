@@ -30,15 +30,13 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	kubeinformers "k8s.io/client-go/informers"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
-	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/klog/v2"
 
@@ -50,10 +48,10 @@ import (
 	"github.com/barcontroller/bar-controller/internal/metrics"
 	"github.com/barcontroller/bar-controller/internal/probes"
 	"github.com/barcontroller/bar-controller/internal/serving"
+	"github.com/barcontroller/bar-controller/internal/shards"
 	"github.com/barcontroller/bar-controller/internal/version"
 	"github.com/barcontroller/bar-controller/internal/webhookcert"
 	clientset "github.com/barcontroller/bar-controller/pkg/generated/clientset/versioned"
-	informers "github.com/barcontroller/bar-controller/pkg/generated/informers/externalversions"
 )
 
 func main() {
@@ -153,36 +151,16 @@ func run(ctx context.Context, opts options) error {
 		return fmt.Errorf("building metadata client: %w", err)
 	}
 
-	// Deployments are watched twice, so that the cache holds only what the
-	// controller reads, and each Deployment once. Whole: the ones with the
-	// managed-by label newDeployment sets, to compare with what their Bars
-	// want. Metadata only (the API server sends nothing else): every other
-	// Deployment, so that one that stands in a Bar's way is seen, and never
-	// written to, and its removal wakes that Bar. Unrelated Deployments
-	// then cost their name, UID and controller reference
-	// (trimDeploymentMetadata), not a decoded Deployment; a Deployment
-	// moves from one cache to the other when its label is added or removed.
-	kubeInformerFactory := kubeinformers.NewSharedInformerFactoryWithOptions(kubeClient, opts.resyncPeriod,
-		kubeinformers.WithNamespace(opts.namespace), kubeinformers.WithTransform(trimDeployment),
-		kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.LabelSelector = managedSelector
-		}))
-	metaInformerFactory := metadatainformer.NewFilteredSharedInformerFactory(metaClient, 0, opts.namespace, func(o *metav1.ListOptions) {
-		o.LabelSelector = othersSelector
-	})
-	deploymentMeta := metaInformerFactory.ForResource(appsv1.SchemeGroupVersion.WithResource("deployments"))
-	if err := deploymentMeta.Informer().SetTransform(trimDeploymentMetadata); err != nil {
-		return err
+	clients := clients{kube: kubeClient, bars: barClient, meta: metaClient}
+	if opts.shards > 1 {
+		electionClient, err := newElectionClient(leaseCfg, priority)
+		if err != nil {
+			return err
+		}
+		return runSharded(ctx, opts, cfg, electionClient, registry, clients, slots, webhook)
 	}
-	barInformerFactory := informers.NewSharedInformerFactoryWithOptions(barClient, opts.resyncPeriod,
-		informers.WithNamespace(opts.namespace), informers.WithTransform(trimBar))
-	controller, err := NewController(ctx, kubeClient, barClient,
-		kubeInformerFactory.Apps().V1().Deployments(), deploymentMeta,
-		barInformerFactory.Barcontroller().V1().Bars())
+	controller, caches, err := newController(ctx, opts, clients, nil)
 	if err != nil {
-		return err
-	}
-	if err := controller.Trace(opts.trace); err != nil {
 		return err
 	}
 	if slots != nil {
@@ -218,10 +196,8 @@ func run(ctx context.Context, opts options) error {
 	// run returns: after a lost lease there is no signal, and waiting for
 	// one would leave the process hanging instead of restarting.
 	informerCtx, stopInformers := context.WithCancel(ctx)
-	kubeInformerFactory.Start(informerCtx.Done())
-	metaInformerFactory.Start(informerCtx.Done())
-	barInformerFactory.Start(informerCtx.Done())
-	defer shutdownInformers(logger, informerShutdownTimeout, kubeInformerFactory, metaInformerFactory, barInformerFactory)
+	caches.start(informerCtx.Done())
+	defer caches.shutdown(logger)
 	defer stopInformers() // runs first
 
 	work := func(ctx, shutdown context.Context) error { return controller.Run(ctx, shutdown, opts.workers) }
@@ -233,17 +209,90 @@ func run(ctx context.Context, opts options) error {
 	if opts.leaderElection.Namespace == "" {
 		opts.leaderElection.Namespace = leader.DefaultNamespace()
 	}
-	// Lease renewals get a client of their own, so a busy controller's
-	// rate limiter can never delay them past the renew deadline, and go
-	// first when the API server rejects them (see leaseCfg above).
-	electionCfg := leaseCfg
-	electionCfg.UserAgent += "/leader-election"
-	electionCfg.Wrap(priority.First)
-	electionClient, err := kubernetes.NewForConfig(electionCfg)
+	electionClient, err := newElectionClient(leaseCfg, priority)
 	if err != nil {
 		return err
 	}
 	return leader.Run(ctx, electionClient, opts.leaderElection, watchdog, work)
+}
+
+// newElectionClient is the client of the Lease renewals: one of their
+// own, so a busy controller's rate limiter can never delay them past the
+// renew deadline, and first when the API server rejects requests (see
+// leaseCfg in run).
+func newElectionClient(leaseCfg *rest.Config, priority *leader.Priority) (kubernetes.Interface, error) {
+	electionCfg := rest.CopyConfig(leaseCfg)
+	electionCfg.UserAgent += "/leader-election"
+	electionCfg.Wrap(priority.First)
+	return kubernetes.NewForConfig(electionCfg)
+}
+
+// runSharded runs this replica's share of --shards shards
+// (internal/shards, docs/sharding.md). Each shard it holds is a
+// controller of its own, with its own caches, queue and workers, started
+// when the shard's Lease is won and stopped when the shard is given up or
+// its Lease lost; its writes are fenced by that Lease as a single
+// leader's are. Nothing is warm before: a shard's caches hold only that
+// shard, and which shards a replica will hold is not known in advance.
+func runSharded(ctx context.Context, opts options, cfg *rest.Config, electionClient kubernetes.Interface,
+	registry *prometheus.Registry, cl clients, slots *adaptiveSlots, webhook *conversion.Server) error {
+	logger := klog.FromContext(ctx)
+	if opts.leaderElection.Namespace == "" {
+		opts.leaderElection.Namespace = leader.DefaultNamespace()
+	}
+	replica, err := leader.ReplicaName()
+	if err != nil {
+		return err
+	}
+	identity, err := leader.NewIdentity()
+	if err != nil {
+		return err
+	}
+	work := func(leading, shutdown context.Context, s shards.Shard, synced func()) error {
+		controller, caches, err := newController(klog.NewContext(leading, logger.WithValues("shard", s)), opts, cl, &s)
+		if err != nil {
+			return err
+		}
+		if slots != nil {
+			controller.UseSlots(slots)
+		}
+		informerCtx, stopInformers := context.WithCancel(leading)
+		caches.start(informerCtx.Done())
+		defer caches.shutdown(logger)
+		defer stopInformers() // runs first
+		defer metrics.WatchShardBars(s.String(), func() int { return len(controller.barsIndexer.ListKeys()) })()
+		go func() {
+			if cache.WaitForCacheSync(informerCtx.Done(), controller.HasSynced) {
+				synced()
+			}
+		}()
+		return controller.Run(leading, shutdown, opts.workers)
+	}
+	coordinator := shards.New(electionClient, opts.leaderElection, opts.shards, identity, work)
+
+	stopMetrics, err := serveMetrics(ctx, opts, cfg, metrics.Handler(registry, opts.profiling))
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
+	ready := coordinator.Ready
+	if webhook != nil {
+		ready = webhook.Ready // as in run
+	}
+	stopHealth, err := serving.Serve(ctx, "health", opts.healthAddress, probes.Handler(ready, nil, coordinator.Status), nil, serving.ForProbes())
+	if err != nil {
+		return err
+	}
+	defer stopHealth()
+	logger.Info("Sharded: taking a fair share of the shards", "shards", opts.shards, "replica", replica)
+	// The Pod owns its member Lease if both are in one namespace (an
+	// owner reference names no namespace) and the downward API says
+	// which Pod this is.
+	var pod *metav1.OwnerReference
+	if uid := os.Getenv("POD_UID"); uid != "" && os.Getenv("POD_NAMESPACE") == opts.leaderElection.Namespace {
+		pod = &metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: replica, UID: types.UID(uid)}
+	}
+	return coordinator.Run(ctx, replica, pod)
 }
 
 // serveWebhookOnly is a replica that only converts: its readiness is the
@@ -299,29 +348,6 @@ func metricsAuthConfig(cfg *rest.Config, o apiauth.Options) *rest.Config {
 	c.RateLimiter = nil
 	c.Timeout = o.Timeout
 	return c
-}
-
-func restConfig(opts options) (*rest.Config, error) {
-	// The default loading rules read $KUBECONFIG and ~/.kube/config, and
-	// fall back to the in-cluster service account when neither exists.
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = opts.kubeconfig
-	overrides := &clientcmd.ConfigOverrides{}
-	overrides.ClusterInfo.Server = opts.master
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides).ClientConfig()
-	if err != nil {
-		return nil, fmt.Errorf("loading client configuration: %w", err)
-	}
-	cfg.QPS = float32(opts.qps)
-	cfg.Burst = opts.burst
-	// An explicit false keeps what the kubeconfig says (disable-compression).
-	cfg.DisableCompression = cfg.DisableCompression || opts.noCompression
-	replica, err := leader.ReplicaName()
-	if err != nil {
-		return nil, err
-	}
-	cfg.UserAgent = version.UserAgent(replica)
-	return cfg, nil
 }
 
 // informerShutdownTimeout bounds how long an exiting controller waits for

@@ -21,8 +21,13 @@ import (
 	"fmt"
 	"time"
 
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
 	"github.com/barcontroller/bar-controller/internal/conversion"
 	"github.com/barcontroller/bar-controller/internal/leader"
+	"github.com/barcontroller/bar-controller/internal/shards"
+	"github.com/barcontroller/bar-controller/internal/version"
 )
 
 // options are bar-controller's flags.
@@ -46,6 +51,7 @@ type options struct {
 	trace          string
 	gcHeadroom     int
 	leaderElection leader.Options
+	shards         int
 	webhook        conversion.Options
 	showVersion    bool
 }
@@ -103,6 +109,7 @@ func (o *options) addFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&le.LeaseDuration, "leader-elect-lease-duration", 15*time.Second, "How long standbys wait after the last renewal before taking over a Lease whose holder went silent.")
 	fs.DurationVar(&le.RenewDeadline, "leader-elect-renew-deadline", 10*time.Second, "How long the leader keeps retrying to renew before it gives up leading (and exits).")
 	fs.DurationVar(&le.RetryPeriod, "leader-elect-retry-period", 2*time.Second, "How often to try to acquire or renew the Lease.")
+	fs.IntVar(&o.shards, "shards", 1, "Split the Bars into this many shards, each synced by one replica at a time under a Lease of its own (<lease-name>-shard-<k>-of-<N>); the replicas share the shards out evenly. 1: one replica syncs every Bar. More than 1 needs --leader-elect; docs/sharding.md says when and how.")
 	o.webhook.AddFlags(fs)
 	fs.BoolVar(&o.showVersion, "version", false, "Print the version and exit.")
 }
@@ -122,7 +129,38 @@ func (o *options) validate() error {
 	if o.gcHeadroom < 0 || o.gcHeadroom > 100 {
 		return fmt.Errorf("--gc-headroom-percent=%d: want 0 (off) to 100", o.gcHeadroom)
 	}
+	if o.shards < 1 || o.shards > shards.Buckets {
+		return fmt.Errorf("--shards=%d: want 1 to %d", o.shards, shards.Buckets)
+	}
+	// Shards are handed out through Leases: without them two replicas
+	// would both sync every shard.
+	if o.shards > 1 && !o.leaderElection.Enabled {
+		return fmt.Errorf("--shards=%d requires --leader-elect: the shards are held through Leases", o.shards)
+	}
 	// The webhook's Secret and Service are in the controller's namespace,
 	// unless its flags say otherwise.
 	return o.webhook.Complete(leader.DefaultNamespace())
+}
+
+func restConfig(opts options) (*rest.Config, error) {
+	// The default loading rules read $KUBECONFIG and ~/.kube/config, and
+	// fall back to the in-cluster service account when neither exists.
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = opts.kubeconfig
+	overrides := &clientcmd.ConfigOverrides{}
+	overrides.ClusterInfo.Server = opts.master
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("loading client configuration: %w", err)
+	}
+	cfg.QPS = float32(opts.qps)
+	cfg.Burst = opts.burst
+	// An explicit false keeps what the kubeconfig says (disable-compression).
+	cfg.DisableCompression = cfg.DisableCompression || opts.noCompression
+	replica, err := leader.ReplicaName()
+	if err != nil {
+		return nil, err
+	}
+	cfg.UserAgent = version.UserAgent(replica)
+	return cfg, nil
 }

@@ -30,6 +30,7 @@ import (
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 
 	"github.com/barcontroller/bar-controller/internal/fieldset"
+	"github.com/barcontroller/bar-controller/internal/shards"
 )
 
 // This file decides whether a Deployment has drifted from what its Bar
@@ -231,6 +232,7 @@ func ownsField(owned *fieldpath.Set, p fieldpath.Path) bool {
 var driftPrefixes = [][]*fieldpath.PathElement{
 	{named("metadata"), named("labels"), named(managedByLabel)},
 	{named("metadata"), named("labels"), named(barLabel)},
+	{named("metadata"), named("labels"), named(shards.BucketLabel)},
 	{named("metadata"), named("ownerReferences"), nil},
 	{named("spec"), named("replicas")},
 	{named("spec"), named("selector")},

@@ -91,6 +91,21 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) erro
 	}
 
 	deployment, err = c.applyDeployment(ctx, bar, holder, deployment)
+	if apierrors.IsAlreadyExists(err) && c.shard != nil {
+		// Sharded, a Deployment can exist where neither cache sees it:
+		// one whose bucket label names another shard (an edit, or
+		// another shard's Bar asking for the same name). Nothing will
+		// show it, so read it once, and judge it as the caches would.
+		c.trace.decision(key, "Deployment exists outside this shard's caches: read it", "")
+		live, getErr := c.kubeclientset.AppsV1().Deployments(bar.Namespace).Get(ctx, bar.Spec.Deployment.Name, metav1.GetOptions{})
+		if getErr != nil {
+			return getErr
+		}
+		if !metav1.IsControlledBy(live, bar) {
+			return c.updateStatus(ctx, bar, 0, notOwnedReadiness(live))
+		}
+		deployment, err = c.applyDeployment(ctx, bar, live, nil)
+	}
 	if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
 		// The namespace is going, and the Bar with it: retrying would only
 		// repeat a create the API server refuses until the Bar is gone.
@@ -161,7 +176,7 @@ func (c *Controller) deploymentFor(bar *barv1.Bar) (holder metav1.Object, have *
 // label that puts it in the full cache.
 func (c *Controller) applyDeployment(ctx context.Context, bar *barv1.Bar, holder metav1.Object, have *appsv1.Deployment) (*appsv1.Deployment, error) {
 	key := cache.MetaObjectToName(bar)
-	want := desiredDeployment(bar) // hashed only if written (withDesiredHash)
+	want := c.wantDeployment(bar) // hashed only if written (withDesiredHash)
 	var diff []string
 	switch {
 	case have != nil:

@@ -28,6 +28,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/leaderelection"
@@ -48,6 +49,14 @@ type Options struct {
 	LeaseDuration time.Duration
 	RenewDeadline time.Duration
 	RetryPeriod   time.Duration
+
+	// Identity names this process in the Lease; empty: ReplicaName and a
+	// random suffix (NewIdentity). A process that holds several Leases
+	// (one per shard) names itself the same in each.
+	Identity string
+	// Labels are set on the Lease when this process creates or updates it,
+	// so that the Leases of one kind can be listed and watched together.
+	Labels map[string]string
 }
 
 // Work is what runs while this process holds the Lease. Its two contexts
@@ -75,16 +84,19 @@ type Work func(leading, shutdown context.Context) error
 func Run(ctx context.Context, client kubernetes.Interface, opts Options,
 	watchdog *leaderelection.HealthzAdaptor, work Work) error {
 	logger := klog.FromContext(ctx)
-	identity, err := leaderIdentity()
-	if err != nil {
-		return err
+	identity := opts.Identity
+	if identity == "" {
+		var err error
+		if identity, err = NewIdentity(); err != nil {
+			return err
+		}
 	}
-	leaseLock, err := resourcelock.New(resourcelock.LeasesResourceLock, opts.Namespace, opts.LeaseName,
-		client.CoreV1(), client.CoordinationV1(), resourcelock.ResourceLockConfig{Identity: identity})
-	if err != nil {
-		return fmt.Errorf("creating the lease lock: %w", err)
-	}
-	lock := newGuard(leaseLock, opts.RenewDeadline)
+	lock := newGuard(&resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Namespace: opts.Namespace, Name: opts.LeaseName},
+		Client:     client.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: identity},
+		Labels:     opts.Labels,
+	}, opts.RenewDeadline)
 
 	// The elector gets a context of its own: cancelling it releases the lease.
 	electorCtx, stopElector := context.WithCancel(context.WithoutCancel(ctx))
@@ -130,7 +142,7 @@ func Run(ctx context.Context, client kubernetes.Interface, opts Options,
 				}
 				leading = true
 				mu.Unlock()
-				logger.Info("Became leader; starting work", "identity", identity)
+				logger.Info("Became leader; starting work", "lease", klog.KRef(opts.Namespace, opts.LeaseName), "identity", identity)
 				// workCtx ends when the Lease is lost (the guard knows first;
 				// the elector ends leaderCtx later, see guard) or on
 				// stopElector below. A signal (ctx) does not end it, so the
@@ -187,9 +199,9 @@ func Run(ctx context.Context, client kubernetes.Interface, opts Options,
 	}
 }
 
-// leaderIdentity names this process in the Lease: its ReplicaName plus a
+// NewIdentity names this process in a Lease: its ReplicaName plus a
 // random suffix so a restarted process is not mistaken for its predecessor.
-func leaderIdentity() (string, error) {
+func NewIdentity() (string, error) {
 	id, err := ReplicaName()
 	if err != nil {
 		return "", err

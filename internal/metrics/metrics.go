@@ -118,6 +118,7 @@ func NewRegistry() *prometheus.Registry {
 	reg.MustRegister(listenerCollectors()...)
 	reg.MustRegister(certificateCollector{})
 	reg.MustRegister(concurrencyCollectors()...)
+	reg.MustRegister(shardCollectors()...)
 	workqueue.SetProvider(workqueueMetrics{})
 	clientmetrics.Register(clientmetrics.RegisterOpts{
 		RequestLatency:     latencyAdapter{requestLatency},

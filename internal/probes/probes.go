@@ -36,7 +36,10 @@ import (
 // new release cannot sync until the Bars still stored as v1alpha1 have
 // been converted, by a ready webhook. During an upgrade, with every old
 // Pod gone, readiness gated on the caches would wait for itself.
-func Handler(ready func() error, watchdog *leaderelection.HealthzAdaptor) http.Handler {
+//
+// status, if given, is what a ready /readyz answers instead of "ok": a
+// sharded replica names the shards it holds.
+func Handler(ready func() error, watchdog *leaderelection.HealthzAdaptor, status ...func() string) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		if watchdog != nil {
@@ -52,7 +55,12 @@ func Handler(ready func() error, watchdog *leaderelection.HealthzAdaptor) http.H
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
-		fmt.Fprintln(w, "ok")
+		for _, s := range status {
+			fmt.Fprintln(w, s())
+		}
+		if len(status) == 0 {
+			fmt.Fprintln(w, "ok")
+		}
 	})
 	return mux
 }

@@ -1,0 +1,402 @@
+/*
+Copyright The bar-controller Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package shards
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"github.com/barcontroller/bar-controller/internal/leader"
+	"github.com/barcontroller/bar-controller/internal/metrics"
+)
+
+// Work is what runs for one shard while this process holds its Lease,
+// with the two contexts of leader.Work: leading ends the moment the Lease
+// is lost, shutdown when the shard is to be given up (a rebalance, a
+// signal), after which work finishes what is in progress and returns.
+// It calls synced once its caches have synced, for readiness.
+type Work func(leading, shutdown context.Context, s Shard, synced func()) error
+
+// Coordinator runs this replica's share of the shards: it renews a member
+// Lease so that the others count it, watches every Lease of the
+// controller, and takes and gives up shard Leases until each live replica
+// holds its fair share (NewPlan). Every shard's work runs under
+// leader.Run with that shard's Lease, so its writes are fenced exactly as
+// a single leader's are.
+type Coordinator struct {
+	client kubernetes.Interface
+	lease  leader.Options // the name is the prefix of every Lease
+	count  int
+	self   string
+	work   Work
+	obs    *observer
+	log    klog.Logger
+
+	mu      sync.Mutex
+	runners map[int]*runner
+	synced  bool // the Lease informer
+}
+
+// runner is one shard's leader.Run.
+type runner struct {
+	stop    context.CancelFunc // give the shard up (or stop contending)
+	done    chan struct{}
+	leading bool
+	ready   bool
+}
+
+// New returns a Coordinator of count shards for the replica identity.
+func New(client kubernetes.Interface, lease leader.Options, count int, identity string, work Work) *Coordinator {
+	return &Coordinator{
+		client: client, lease: lease, count: count, self: identity, work: work,
+		obs:     newObserver(lease.LeaseDuration),
+		runners: map[int]*runner{},
+	}
+}
+
+// Run holds the member Lease and coordinates while it does. It returns
+// when ctx ends, once every shard's work has finished and its Lease is
+// released.
+//
+// pod, if known, is the replica's Pod: the member Lease is created owned
+// by it, so that the garbage collector deletes it with the Pod, and a
+// Deployment's rollouts do not leave one Lease behind per Pod they
+// replaced. (Shard Leases are a fixed few, reused by whoever holds them.)
+func (c *Coordinator) Run(ctx context.Context, replica string, pod *metav1.OwnerReference) error {
+	c.log = klog.FromContext(ctx).WithValues("shards", c.count)
+	member := c.lease
+	member.LeaseName = MemberLeaseName(c.lease.LeaseName, replica)
+	member.Identity = c.self
+	member.Labels = leaseLabels(c.lease.LeaseName, kindMember, c.count)
+	if pod != nil {
+		if err := createOwned(ctx, c.client, member, *pod); err != nil {
+			return err
+		}
+	}
+	return leader.Run(ctx, c.client, member, nil, c.coordinate)
+}
+
+// createOwned creates the Lease with no holder, owned by pod, unless it
+// exists; the elector then finds it and acquires it.
+func createOwned(ctx context.Context, client kubernetes.Interface, lease leader.Options, pod metav1.OwnerReference) error {
+	_, err := client.CoordinationV1().Leases(lease.Namespace).Create(ctx, &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: lease.LeaseName, Labels: lease.Labels, OwnerReferences: []metav1.OwnerReference{pod}},
+	}, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return nil
+	}
+	return err
+}
+
+// coordinate runs while the member Lease is held. Losing it ends
+// leading, and with it every shard's work is asked to finish, but not cut
+// off: the shards' own Leases still fence their writes.
+func (c *Coordinator) coordinate(leading, shutdown context.Context) error {
+	factory := informers.NewSharedInformerFactoryWithOptions(c.client, 0,
+		informers.WithNamespace(c.lease.Namespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.LabelSelector = labels.Set{leaseOfLabel: c.lease.LeaseName}.String()
+		}))
+	informer := factory.Coordination().V1().Leases().Informer()
+	if _, err := informer.AddEventHandler(c.obs.handler()); err != nil {
+		return err
+	}
+	informerCtx, stopInformer := context.WithCancel(context.WithoutCancel(leading))
+	factory.Start(informerCtx.Done())
+	defer factory.Shutdown()
+	defer stopInformer()
+	if !cache.WaitForCacheSync(leading.Done(), informer.HasSynced) {
+		return leading.Err()
+	}
+	c.mu.Lock()
+	c.synced = true
+	c.mu.Unlock()
+
+	// Give every shard up on a signal, or when the member Lease is lost.
+	stopping, stop := context.WithCancel(context.Background())
+	defer stop()
+	defer context.AfterFunc(shutdown, stop)()
+	defer context.AfterFunc(leading, stop)()
+
+	// Replicas that start together (a new install, a rollout) see each
+	// other's member Leases within a renewal or two. A replica that acted
+	// at once would see itself alone, take every shard, and hand most of
+	// them on a moment later: wait two renewals first.
+	settled := time.Now().Add(2 * c.lease.RetryPeriod)
+	tick := time.NewTicker(c.lease.RetryPeriod)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stopping.Done():
+			return c.giveUpAll()
+		case <-tick.C:
+		case <-c.obs.changed:
+		}
+		if time.Now().After(settled) {
+			c.step(stopping)
+		}
+	}
+}
+
+// step acts on one plan.
+func (c *Coordinator) step(ctx context.Context) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	v := c.obs.view(c.lease.LeaseName, c.self, c.count)
+	// This process's runners know better than the watch what it holds:
+	// a shard it leads is held; one the watch says it holds but that no
+	// runner leads (a release not yet seen) is neither free nor to give up.
+	for k, h := range v.Holders {
+		r := c.runners[k]
+		switch {
+		case r != nil && r.leading:
+			v.Holders[k] = c.self
+		case h == c.self:
+			v.Holders[k] = c.self + " (released)"
+		}
+	}
+	p := NewPlan(v)
+	for _, k := range p.Release {
+		if r := c.runners[k]; r != nil {
+			c.log.Info("Giving up a shard to rebalance", "shard", Shard{k, c.count}, "target", p.Target)
+			r.stop()
+		}
+	}
+	// Contend for the free shards the plan names, and stop contending
+	// for the ones it no longer does (another replica took them).
+	for k, r := range c.runners {
+		if !r.leading && !slices.Contains(p.Take, k) {
+			r.stop()
+		}
+	}
+	for _, k := range p.Take {
+		if c.runners[k] == nil {
+			c.start(ctx, Shard{k, c.count})
+		}
+	}
+}
+
+// clearExpired empties the holder of a shard's Lease that this process
+// has watched go unrenewed for its lease duration. client-go's elector
+// would wait that long again: it judges a holder from when it itself
+// first read the Lease, and an elector starts only when a shard is to be
+// taken. The update carries the resourceVersion that was judged, so a
+// renewal since makes it fail (Conflict) and the elector waits as usual;
+// the dead holder stopped writing at its renew deadline, shorter than the
+// lease duration, as with a single Lease.
+func (c *Coordinator) clearExpired(ctx context.Context, leaseName string) {
+	lease, ok := c.obs.expired(leaseName)
+	if !ok {
+		return
+	}
+	cleared := lease.DeepCopy()
+	cleared.Spec.HolderIdentity = nil
+	_, err := c.client.CoordinationV1().Leases(lease.Namespace).Update(ctx, cleared, metav1.UpdateOptions{})
+	if err != nil && !apierrors.IsConflict(err) {
+		c.log.V(2).Info("Could not clear an expired shard Lease; its elector waits it out", "lease", klog.KObj(lease), "err", err)
+		return
+	}
+	if err == nil {
+		c.log.Info("Cleared a shard Lease whose holder stopped renewing it", "lease", klog.KObj(lease), "holder", str(lease.Spec.HolderIdentity))
+	}
+}
+
+// errOtherCount is the yield of a shard taken while replicas of another
+// number of shards still held Leases.
+var errOtherCount = errors.New("replicas with another number of shards still hold Leases")
+
+// start contends for shard s. Called with c.mu held.
+func (c *Coordinator) start(parent context.Context, s Shard) {
+	ctx, stop := context.WithCancel(parent)
+	r := &runner{stop: stop, done: make(chan struct{})}
+	c.runners[s.Index] = r
+	opts := c.lease
+	opts.LeaseName = ShardLeaseName(c.lease.LeaseName, s)
+	opts.Identity = c.self
+	opts.Labels = leaseLabels(c.lease.LeaseName, kindShard, s.Count)
+	go func() {
+		defer close(r.done)
+		defer stop()
+		c.clearExpired(ctx, opts.LeaseName)
+		var ran atomic.Bool // won the Lease (set on the elector's goroutine)
+		err := leader.Run(klog.NewContext(ctx, c.log.WithValues("shard", s)), c.client, opts, nil,
+			func(leading, shutdown context.Context) error {
+				ran.Store(true)
+				c.setLeading(s.Index, true)
+				metrics.SetShardHeld(s.String(), true)
+				metrics.RecordShardHandoff(s.String(), "acquired")
+				defer func() {
+					metrics.SetShardHeld(s.String(), false)
+					c.setLeading(s.Index, false)
+				}()
+				if err := c.check(leading, opts.LeaseName); err != nil {
+					return err
+				}
+				return c.work(leading, shutdown, s, func() { c.setReady(s.Index) })
+			})
+		switch {
+		case errors.Is(err, leader.ErrLostLease):
+			metrics.RecordShardHandoff(s.String(), "lost")
+			c.log.Info("Lost a shard's Lease: its work stopped at once", "shard", s)
+		case errors.Is(err, errOtherCount):
+			metrics.RecordShardHandoff(s.String(), "yielded")
+			c.log.Info("Gave a shard back at once: replicas with another --shards still run", "shard", s)
+			// Not at once again: each replica that yields waits a
+			// different while before it tries, so two that keep meeting
+			// do not keep yielding to each other.
+			time.Sleep(time.Duration(rand.Int64N(int64(c.lease.RetryPeriod) * 2)))
+		case err != nil:
+			c.log.Error(err, "A shard's work failed", "shard", s)
+		}
+		if err == nil && ran.Load() {
+			metrics.RecordShardHandoff(s.String(), "released")
+		}
+		c.mu.Lock()
+		if c.runners[s.Index] == r {
+			delete(c.runners, s.Index)
+		}
+		c.mu.Unlock()
+		c.obs.wake()
+	}()
+}
+
+// check runs after a shard's Lease is won and before its work: once the
+// watch shows this process as the holder, it shows every Lease written
+// before; if replicas of another number of shards hold one, this one
+// yields. Of two that took overlapping shards at once, the later one's
+// check sees the earlier, so they never both write.
+func (c *Coordinator) check(ctx context.Context, leaseName string) error {
+	err := waitFor(ctx, c.lease.RetryPeriod/4, func() bool { return c.obs.holds(leaseName, c.self) })
+	if err != nil {
+		return err
+	}
+	if c.obs.view(c.lease.LeaseName, c.self, c.count).OtherCountHeld {
+		return errOtherCount
+	}
+	return nil
+}
+
+func waitFor(ctx context.Context, every time.Duration, cond func() bool) error {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	return nil
+}
+
+func (c *Coordinator) setLeading(k int, leading bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if r := c.runners[k]; r != nil {
+		r.leading = leading
+		if !leading {
+			r.ready = false
+		}
+	}
+	c.obs.wake()
+}
+
+func (c *Coordinator) setReady(k int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if r := c.runners[k]; r != nil && r.leading {
+		r.ready = true
+	}
+}
+
+// giveUpAll stops every shard's work and waits until each has released
+// its Lease.
+func (c *Coordinator) giveUpAll() error {
+	c.mu.Lock()
+	var done []chan struct{}
+	for _, r := range c.runners {
+		r.stop()
+		done = append(done, r.done)
+	}
+	c.mu.Unlock()
+	for _, d := range done {
+		<-d
+	}
+	return nil
+}
+
+// Held lists the shards this replica holds, in order.
+func (c *Coordinator) Held() []Shard {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var held []Shard
+	for k := range c.count {
+		if r := c.runners[k]; r != nil && r.leading {
+			held = append(held, Shard{k, c.count})
+		}
+	}
+	return held
+}
+
+// Ready is this replica's readiness: it sees the Leases, and every shard
+// it holds has synced its caches. A replica holding no shard is ready: it
+// stands by, as a standby does with one Lease.
+func (c *Coordinator) Ready() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.synced {
+		return errors.New("shard Leases not yet seen")
+	}
+	var syncing []string
+	for k := range c.count {
+		if r := c.runners[k]; r != nil && r.leading && !r.ready {
+			syncing = append(syncing, Shard{k, c.count}.String())
+		}
+	}
+	if len(syncing) > 0 {
+		return fmt.Errorf("caches of shards %s not synced", strings.Join(syncing, ", "))
+	}
+	return nil
+}
+
+// Status names the shards held, for /readyz.
+func (c *Coordinator) Status() string {
+	var held []string
+	for _, s := range c.Held() {
+		held = append(held, s.String())
+	}
+	if len(held) == 0 {
+		return "ok: holding no shard (standing by)"
+	}
+	return "ok: holding shards " + strings.Join(held, ", ")
+}

@@ -1,0 +1,212 @@
+/*
+Copyright The bar-controller Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package shards
+
+import (
+	"strconv"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/client-go/tools/cache"
+)
+
+// The labels on every Lease of a sharded controller: which controller
+// (its --leader-elect-lease-name), what kind of Lease, and the number of
+// shards its writer was configured with.
+const (
+	leaseOfLabel   = "barcontroller.dev/lease-of"
+	leaseKindLabel = "barcontroller.dev/lease-kind"
+	shardsLabel    = "barcontroller.dev/shards"
+
+	kindShard  = "shard"
+	kindMember = "member"
+)
+
+// leaseLabels are the labels of one of this controller's Leases.
+func leaseLabels(name, kind string, count int) map[string]string {
+	return map[string]string{leaseOfLabel: name, leaseKindLabel: kind, shardsLabel: strconv.Itoa(count)}
+}
+
+// ShardLeaseName is the Lease that shard s is held by. The number of
+// shards is part of it: shard 1 of 3 and shard 1 of 6 are different Bars.
+func ShardLeaseName(name string, s Shard) string {
+	return name + "-shard-" + s.String()
+}
+
+// MemberLeaseName is the Lease a replica renews while it runs, so that the
+// others count it when they share the shards out.
+func MemberLeaseName(name, replica string) string {
+	return name + "-member-" + replica
+}
+
+// observer tells live Leases from dead ones the way client-go's elector
+// does: by when this process saw a Lease change, not by the renew time
+// written in it, so that clocks that disagree between replicas do not
+// matter. A Lease is live while it names a holder and has changed within
+// its lease duration; one this process has only just seen counts as
+// changed now, so a replica that starts waits a whole lease duration
+// before it believes a silent holder dead, as a standby does.
+type observer struct {
+	mu       sync.Mutex
+	now      func() time.Time
+	seen     map[string]observation
+	changed  chan struct{} // a wake-up, dropped when one is pending
+	duration time.Duration // used where a Lease gives none
+}
+
+type observation struct {
+	lease *coordinationv1.Lease
+	at    time.Time
+}
+
+func newObserver(duration time.Duration) *observer {
+	return &observer{now: time.Now, seen: map[string]observation{}, changed: make(chan struct{}, 1), duration: duration}
+}
+
+// handler keeps the observer up to date from an informer on the Leases.
+func (o *observer) handler() cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { o.observe(obj) },
+		UpdateFunc: func(_, obj any) { o.observe(obj) },
+		DeleteFunc: func(obj any) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			if l, ok := obj.(*coordinationv1.Lease); ok {
+				o.mu.Lock()
+				delete(o.seen, l.Name)
+				o.mu.Unlock()
+				o.wake()
+			}
+		},
+	}
+}
+
+func (o *observer) observe(obj any) {
+	l, ok := obj.(*coordinationv1.Lease)
+	if !ok {
+		return
+	}
+	o.mu.Lock()
+	old, known := o.seen[l.Name]
+	if !known || !sameRecord(old.lease, l) {
+		o.seen[l.Name] = observation{lease: l, at: o.now()}
+	}
+	o.mu.Unlock()
+	o.wake()
+}
+
+func (o *observer) wake() {
+	select {
+	case o.changed <- struct{}{}:
+	default:
+	}
+}
+
+// sameRecord says whether a Lease still holds the record it held: the
+// holder, and the renew and acquire times it writes at every renewal.
+func sameRecord(a, b *coordinationv1.Lease) bool {
+	return str(a.Spec.HolderIdentity) == str(b.Spec.HolderIdentity) &&
+		a.Spec.RenewTime.Equal(b.Spec.RenewTime) && a.Spec.AcquireTime.Equal(b.Spec.AcquireTime) &&
+		a.Spec.LeaseTransitions == b.Spec.LeaseTransitions
+}
+
+func str(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
+}
+
+// liveHolder is the Lease's holder if it is live, else "".
+func (o *observer) liveHolder(ob observation, now time.Time) string {
+	holder := str(ob.lease.Spec.HolderIdentity)
+	if holder == "" {
+		return ""
+	}
+	d := o.duration
+	if s := ob.lease.Spec.LeaseDurationSeconds; s != nil && *s > 0 {
+		d = time.Duration(*s) * time.Second
+	}
+	if now.After(ob.at.Add(d)) {
+		return ""
+	}
+	return holder
+}
+
+// view is what the Leases say to the replica self, configured with count
+// shards under the name name: the live members of its count, the live
+// holder of each of its shards, and whether shards of another count are
+// held.
+func (o *observer) view(name, self string, count int) View {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	now := o.now()
+	v := View{Self: self, Holders: make([]string, count)}
+	byName := map[string]int{}
+	for _, s := range All(count) {
+		byName[ShardLeaseName(name, s)] = s.Index
+	}
+	want := strconv.Itoa(count)
+	for leaseName, ob := range o.seen {
+		l := ob.lease.Labels
+		if l[leaseOfLabel] != name {
+			continue
+		}
+		holder := o.liveHolder(ob, now)
+		if holder == "" {
+			continue
+		}
+		switch l[leaseKindLabel] {
+		case kindMember:
+			if l[shardsLabel] == want {
+				v.Members = append(v.Members, holder)
+			}
+		case kindShard:
+			if k, ok := byName[leaseName]; ok && l[shardsLabel] == want {
+				v.Holders[k] = holder
+			} else {
+				v.OtherCountHeld = true
+			}
+		}
+	}
+	return v
+}
+
+// holds says whether the observer has seen self hold the Lease: after
+// this process acquired it, everything the API server had committed
+// before is in the observer too (a watch delivers in resourceVersion
+// order).
+func (o *observer) holds(leaseName, self string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	ob, ok := o.seen[leaseName]
+	return ok && str(ob.lease.Spec.HolderIdentity) == self
+}
+
+// expired returns the Lease if it names a holder that is no longer live,
+// as this process judged it: unchanged for its lease duration.
+func (o *observer) expired(leaseName string) (*coordinationv1.Lease, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	ob, ok := o.seen[leaseName]
+	if !ok || str(ob.lease.Spec.HolderIdentity) == "" || o.liveHolder(ob, o.now()) != "" {
+		return nil, false
+	}
+	return ob.lease, true
+}
