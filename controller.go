@@ -131,6 +131,14 @@ type Controller struct {
 	shard *shards.Shard
 }
 
+// queueName names the work queue in the workqueue_* metrics.
+func (c *Controller) queueName() string {
+	if c.shard != nil {
+		return "bars-shard-" + c.shard.String()
+	}
+	return "bars"
+}
+
 // An Option changes how NewController builds the controller.
 type Option func(*Controller)
 
@@ -192,13 +200,9 @@ func NewController(
 	for _, o := range options {
 		o(c)
 	}
-	queueName := "bars"
-	if c.shard != nil {
-		queueName += "-shard-" + c.shard.String()
-	}
 	c.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
 		workqueue.DefaultTypedControllerRateLimiter[cache.ObjectName](),
-		workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: queueName})
+		workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: c.queueName()})
 	c.recorder = c.newRecorder()
 	c.writes = newWriteTracker(trackedStores(deploymentInformer.Informer().GetIndexer(), c.barsIndexer))
 
@@ -260,6 +264,15 @@ func (c caches) shutdown(logger klog.Logger) {
 	shutdownInformers(logger, informerShutdownTimeout, c.kube, c.meta, c.bars)
 }
 
+// deploymentSelectors are the label selectors of the whole and the
+// metadata-only Deployment caches (newController).
+func deploymentSelectors(shard *shards.Shard) (managed, others string) {
+	if shard == nil {
+		return managedSelector, othersSelector
+	}
+	return managedSelector + "," + shard.DeploymentRequirement(), "!" + shards.BucketLabel
+}
+
 // newController builds a controller and the informers it reads: of every
 // Bar in the namespace (shard nil), or of one shard's (InShard).
 //
@@ -279,11 +292,7 @@ func (c caches) shutdown(logger klog.Logger) {
 // their first sync gives them one. The API server filters its Bars
 // (shards.NewBarInformer).
 func newController(ctx context.Context, opts options, cl clients, shard *shards.Shard) (*Controller, caches, error) {
-	managed, others := managedSelector, othersSelector
-	if shard != nil {
-		managed += "," + shard.DeploymentRequirement()
-		others = "!" + shards.BucketLabel
-	}
+	managed, others := deploymentSelectors(shard)
 	c := caches{
 		kube: kubeinformers.NewSharedInformerFactoryWithOptions(cl.kube, opts.resyncPeriod,
 			kubeinformers.WithNamespace(opts.namespace), kubeinformers.WithTransform(trimDeployment),

@@ -261,6 +261,7 @@ func runSharded(ctx context.Context, opts options, cfg *rest.Config, electionCli
 		defer caches.shutdown(logger)
 		defer stopInformers() // runs first
 		defer metrics.WatchShardBars(s.String(), func() int { return len(controller.barsIndexer.ListKeys()) })()
+		defer metrics.ForgetQueue(controller.queueName())
 		go func() {
 			if cache.WaitForCacheSync(informerCtx.Done(), controller.HasSynced) {
 				synced()
@@ -269,6 +270,7 @@ func runSharded(ctx context.Context, opts options, cfg *rest.Config, electionCli
 		return controller.Run(leading, shutdown, opts.workers)
 	}
 	coordinator := shards.New(electionClient, opts.leaderElection, opts.shards, identity, work)
+	metrics.SetShards(opts.shards)
 
 	stopMetrics, err := serveMetrics(ctx, opts, cfg, metrics.Handler(registry, opts.profiling))
 	if err != nil {

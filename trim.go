@@ -26,6 +26,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/barcontroller/bar-controller/internal/intern"
+	"github.com/barcontroller/bar-controller/internal/shards"
 	"github.com/barcontroller/bar-controller/pkg/apis/barcontroller"
 	barv1 "github.com/barcontroller/bar-controller/pkg/apis/barcontroller/v1"
 )
@@ -156,9 +157,10 @@ func boundedImage(image string) string {
 }
 
 // trimDeployment is the transform of the informer of the Deployments this
-// controller manages (label-selected, see main.go): it keeps exactly what
-// deploymentDrift, deploymentReadiness and the handlers read, and drops the
-// rest: annotations but the desired hash (kubectl's last-applied
+// controller manages (label-selected, see newController): it keeps exactly
+// what deploymentDrift, deploymentReadiness and the handlers read (of the
+// labels, the ones wantDeployment sets), and drops the rest: annotations
+// but the desired hash (kubectl's last-applied
 // configuration among them), the managedFields of every manager but this
 // controller's own writes (and of those, the fields drift does not ask
 // about: pruneOwnedFields), the pod template's spec beyond its containers'
@@ -225,7 +227,7 @@ func trimDeployment(obj interface{}) (interface{}, error) {
 			ResourceVersion:   d.ResourceVersion,
 			Generation:        d.Generation,
 			DeletionTimestamp: d.DeletionTimestamp,
-			Labels:            onlyKeys(d.Labels, managedByLabel, barLabel),
+			Labels:            onlyKeys(d.Labels, managedByLabel, barLabel, shards.BucketLabel),
 			Annotations:       annotations,
 			ManagedFields:     managedFields,
 		},

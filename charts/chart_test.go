@@ -116,6 +116,8 @@ func TestChartMatchesKustomize(t *testing.T) {
 		{"default", "bar-controller", "../artifacts", nil},
 		// The overlay holds no CRD (a cluster's admin installs it once).
 		{"namespaced", "bar-apps", "../artifacts/namespaced", []string{"namespaceScoped=true", "crds.install=false"}},
+		// Nor does this one (a kustomization cannot reach artifacts/crd).
+		{"sharded", "bar-controller", "../artifacts/sharded", []string{"shards=6", "replicas=3", "crds.install=false"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := []string{"template", "bar-controller", chart, "--namespace", tc.namespace}

@@ -43,13 +43,20 @@ var (
 		Name: "bar_controller_shard_selector_ignored",
 		Help: "1 once the API server sent a Bar outside the shard asked for: its ShardedListAndWatch feature gate is off, every replica receives every Bar and filters on the client.",
 	})
+	shardCount = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "bar_controller_shards",
+		Help: "The number of shards the Bars are split into (--shards), on a sharded replica; absent unsharded.",
+	}, nil)
 	shardBars = prometheus.NewDesc("bar_controller_shard_bars",
 		"Bars in the cache of a shard this replica holds.", []string{"shard"}, nil)
 )
 
 func shardCollectors() []prometheus.Collector {
-	return []prometheus.Collector{shardHeld, shardHandoffs, shardWatchEvents, shardSelectorIgnored, shardBarsCollector{}}
+	return []prometheus.Collector{shardCount, shardHeld, shardHandoffs, shardWatchEvents, shardSelectorIgnored, shardBarsCollector{}}
 }
+
+// SetShards records the number of shards of a sharded replica.
+func SetShards(n int) { shardCount.WithLabelValues().Set(float64(n)) }
 
 // SetShardHeld records whether this replica holds a shard.
 func SetShardHeld(shard string, held bool) {
@@ -94,4 +101,16 @@ func (shardBarsCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(shardBars, prometheus.GaugeValue, float64(v.(func() int)()), k.(string))
 		return true
 	})
+}
+
+// ForgetQueue removes the workqueue_* series of a queue that is gone (a
+// shard's, once given up): a depth left at its last value would read as
+// Bars waiting in a queue that no worker will ever take.
+func ForgetQueue(name string) {
+	for _, v := range []interface{ DeleteLabelValues(...string) bool }{
+		workqueueDepth, workqueueAdds, workqueueLatency, workqueueWorkDuration,
+		workqueueUnfinished, workqueueLongestRunning, workqueueRetries,
+	} {
+		v.DeleteLabelValues(name)
+	}
 }
