@@ -21,7 +21,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -173,9 +172,14 @@ func (c *Coordinator) step(ctx context.Context) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	v := c.obs.view(c.lease.LeaseName, c.self, c.count)
+	takenByOthers := make([]bool, c.count)
+	for k, h := range v.Holders {
+		takenByOthers[k] = h != "" && h != c.self
+	}
 	// This process's runners know better than the watch what it holds:
 	// a shard it leads is held; one the watch says it holds but that no
-	// runner leads (a release not yet seen) is neither free nor to give up.
+	// runner leads yet (won a moment ago, its work not yet started; or a
+	// release not yet seen) is neither free nor to give up.
 	for k, h := range v.Holders {
 		r := c.runners[k]
 		switch {
@@ -192,10 +196,11 @@ func (c *Coordinator) step(ctx context.Context) {
 			r.stop()
 		}
 	}
-	// Contend for the free shards the plan names, and stop contending
-	// for the ones it no longer does (another replica took them).
+	// Stop contending for a shard another replica took. Not for one that
+	// merely left the plan: its elector may have won it this instant, and
+	// cancelling it then would strand the Lease until it runs out.
 	for k, r := range c.runners {
-		if !r.leading && !slices.Contains(p.Take, k) {
+		if !r.leading && takenByOthers[k] {
 			r.stop()
 		}
 	}

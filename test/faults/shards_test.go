@@ -93,8 +93,8 @@ func TestShardsSplitTheBars(t *testing.T) {
 
 // A replica SIGKILLed while the Bars converge: its shards' Leases are
 // not released, so the others wait each out (the lease duration, 15 s),
-// then take the shards and finish them, never two writers of one shard
-// at once.
+// then take the shards and finish them; within the lease duration and
+// 5 s, and never two writers of one shard at once.
 func TestShardReplicaKilled(t *testing.T) {
 	slow(t)
 	e := newShardEnv(t, 2000, 10, true)
@@ -127,14 +127,23 @@ func TestShardReplicaKilled(t *testing.T) {
 	if err != nil {
 		t.Fatal("the killed replica's shards were never taken over")
 	}
-	// How long the takeover took is recorded, not judged: the target is
-	// the lease duration and 5 s (16 s in a run on an idle machine), but
-	// a fresh CI run took 63 s, four lease durations, for a reason not
-	// yet found (docs/sharding.md, "Proof"); a bound that fails for a
-	// reason nobody knows would be a flaky gate.
+	// The bound, the issue's: the lease duration and 5 s. Where the time
+	// goes: the others judge the dead replica's Leases expired a lease
+	// duration after they last saw them renewed, which was up to one
+	// renewal period (2 s) before the kill, so 13-15 s after it; their
+	// next plan follows within a renewal period (a watch event or the
+	// ticker), and taking a cleared Lease is one update. So at most about
+	// 17 s. Measured: 13.6-15.7 s in 8 runs in a row (and 16.1 s before
+	// that), beside nothing else. (A 63 s takeover in a fresh CI run was a
+	// defect, fixed: a plan cancelled an elector the instant it won.)
 	took := time.Since(killed)
 	record(t, "sharded: a replica SIGKILLed, its shards taken over", took)
-	t.Logf("its shards were taken over %v after the kill (target: the lease duration, %v, and 5 s)", took, leaseDuration)
+	if took > leaseDuration+5*time.Second {
+		t.Errorf("its shards were taken over %v after the kill, want within the lease duration (%v) and 5 s", took, leaseDuration)
+		for _, name := range []string{"replica-a", "replica-c"} {
+			t.Logf("%s's log ends:\n%s", name, e.replicas[name].LogTail(80))
+		}
+	}
 	<-done
 	e.waitConverged(t)
 	checkFenced(t, e.replicaWrites(t), e.shardOf(t))
