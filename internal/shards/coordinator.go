@@ -68,10 +68,11 @@ type Coordinator struct {
 
 // runner is one shard's leader.Run.
 type runner struct {
-	stop    context.CancelFunc // give the shard up (or stop contending)
-	done    chan struct{}
-	leading bool
-	ready   bool
+	stop     context.CancelFunc // give the shard up (or stop contending)
+	done     chan struct{}
+	leading  bool
+	ready    bool
+	givingUp bool // stopped to rebalance
 }
 
 // New returns a Coordinator of count shards for the replica identity.
@@ -191,7 +192,10 @@ func (c *Coordinator) step(ctx context.Context) {
 	}
 	p := NewPlan(v)
 	for _, k := range p.Release {
-		if r := c.runners[k]; r != nil {
+		// Its work finishes what is in flight first; the plans until then
+		// name it again, and it is given up once.
+		if r := c.runners[k]; r != nil && !r.givingUp {
+			r.givingUp = true
 			c.log.Info("Giving up a shard to rebalance", "shard", Shard{k, c.count}, "target", p.Target)
 			r.stop()
 		}
