@@ -188,15 +188,49 @@ func Run(ctx context.Context, client kubernetes.Interface, opts Options,
 	}
 	logger.Info("Waiting to acquire the lease", "lease", klog.KRef(opts.Namespace, opts.LeaseName), "identity", identity)
 	le.Run(electorCtx)
+	mu.Lock()
+	led := leading
+	mu.Unlock()
+	if !led {
+		releaseStranded(logger, lock, identity, opts.RenewDeadline)
+		return nil
+	}
+	// The elector returns on its own when its renewals fail, while work
+	// may still be finishing on OnStartedLeading's goroutine (its context
+	// is cancelled by now, so it writes nothing more). Wait for it: the
+	// caller may start the same work again (internal/shards) or exit.
+	err = <-workDone
 	if lost.Load() {
 		return ErrLostLease
 	}
-	select {
-	case err := <-workDone:
-		return err
-	default: // stopped before ever leading
-		return nil
+	return err
+}
+
+// releaseStranded empties the Lease if it names this process, which never
+// led: client-go's elector, cancelled while its acquiring write was in
+// flight, returns on the context's error without knowing whether the API
+// server applied the write, and releases only a Lease it saw itself win
+// (LeaderElector.release). When the write did apply, the Lease names this
+// process, unrenewed, until it runs out, and every other replica waits
+// that long. A replica that holds a Lease per shard cancels contenders
+// often (internal/shards), and the race is then a matter of time. The
+// update carries the resourceVersion it read, so it fails on any change
+// since: it can only empty a Lease nobody else has touched.
+func releaseStranded(logger klog.Logger, lock resourcelock.Interface, identity string, timeout time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	rec, _, err := lock.Get(ctx)
+	if err != nil || rec.HolderIdentity != identity {
+		return
 	}
+	now := metav1.NewTime(time.Now())
+	if err := lock.Update(ctx, resourcelock.LeaderElectionRecord{
+		LeaderTransitions: rec.LeaderTransitions, LeaseDurationSeconds: 1, RenewTime: now, AcquireTime: now,
+	}); err != nil {
+		logger.Info("Could not release a Lease won just as the election was cancelled; it runs out by itself", "lease", lock.Describe(), "err", err)
+		return
+	}
+	logger.Info("Released a Lease won just as the election was cancelled", "lease", lock.Describe())
 }
 
 // NewIdentity names this process in a Lease: its ReplicaName plus a

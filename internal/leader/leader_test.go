@@ -22,7 +22,11 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 )
 
 // What Run returns is why the process exits: the work's own error when it
@@ -81,4 +85,46 @@ func TestRunReportsWhyWorkEnded(t *testing.T) {
 			}
 		})
 	}
+}
+
+// An election cancelled while its acquiring write is in flight: the API
+// server applies the write, the client sees only its context's error.
+// client-go's elector then returns without releasing (it never saw itself
+// win), and Run must release the Lease that names this process, or every
+// other replica waits out its lease duration.
+func TestRunReleasesALeaseWonAsItWasCancelled(t *testing.T) {
+	opts := Options{Enabled: true, LeaseName: "bar-controller", Namespace: "ns", Identity: "me",
+		LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 100 * time.Millisecond}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	client := fake.NewClientset()
+	client.PrependReactor("create", "leases", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		create := a.(k8stesting.CreateAction)
+		if err := client.Tracker().Create(a.GetResource(), create.GetObject(), a.GetNamespace()); err != nil {
+			return true, nil, err
+		}
+		cancel() // the answer is lost: the caller's context ended first
+		return true, nil, context.Canceled
+	})
+	work := func(context.Context, context.Context) error {
+		t.Error("work ran: the elector cannot have seen itself win")
+		return nil
+	}
+	if err := Run(ctx, client, opts, nil, work); err != nil {
+		t.Fatalf("Run returned %v, want nil (stopped before leading)", err)
+	}
+	lease, err := client.CoordinationV1().Leases("ns").Get(context.Background(), "bar-controller", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if holder := holderOf(lease); holder != "" {
+		t.Errorf("the Lease names %q after Run returned; want it released", holder)
+	}
+}
+
+func holderOf(l *coordinationv1.Lease) string {
+	if l.Spec.HolderIdentity == nil {
+		return ""
+	}
+	return *l.Spec.HolderIdentity
 }
