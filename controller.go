@@ -63,6 +63,10 @@ const (
 	// address that accepts connections and never answers would otherwise
 	// hold it for the TLS handshake timeout or longer.
 	discoveryTimeout = 5 * time.Second
+	// outsideCachesRecheck is how often a sharded sync reads again a
+	// Deployment in its Bar's way that none of its caches holds (another
+	// shard's Bar's): one read a minute per such Bar.
+	outsideCachesRecheck = time.Minute
 )
 
 // Event reasons. Events are written only when something changes.
@@ -270,7 +274,7 @@ func deploymentSelectors(shard *shards.Shard) (managed, others string) {
 	if shard == nil {
 		return managedSelector, othersSelector
 	}
-	return managedSelector + "," + shard.DeploymentRequirement(), "!" + shards.BucketLabel
+	return managedSelector + "," + shard.DeploymentRequirement(), othersSelector
 }
 
 // newController builds a controller and the informers it reads: of every
@@ -287,10 +291,10 @@ func deploymentSelectors(shard *shards.Shard) (managed, others string) {
 // moves from one cache to the other when its label is added or removed.
 //
 // A shard's whole cache holds the managed Deployments of its buckets
-// (shards.BucketLabel), and its metadata cache every Deployment without
-// a bucket: the unrelated ones, and ours from before --shards, until
-// their first sync gives them one. The API server filters its Bars
-// (shards.NewBarInformer).
+// (shards.BucketLabel) and ours with no bucket, from before --shards,
+// until their first sync gives them one; its metadata cache every
+// unmanaged Deployment, whatever its labels. The API server filters its
+// Bars (shards.NewBarInformer).
 func newController(ctx context.Context, opts options, cl clients, shard *shards.Shard) (*Controller, caches, error) {
 	managed, others := deploymentSelectors(shard)
 	c := caches{

@@ -19,6 +19,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"path"
 	"time"
 
 	"k8s.io/client-go/rest"
@@ -128,6 +129,13 @@ func (o *options) validate() error {
 	// GOGC's business, and a negative one is a typo, not "off".
 	if o.gcHeadroom < 0 || o.gcHeadroom > 100 {
 		return fmt.Errorf("--gc-headroom-percent=%d: want 0 (off) to 100", o.gcHeadroom)
+	}
+	// Checked here, not first when a controller is built: sharded, that
+	// is each time a shard is won, long after start.
+	if o.trace != "" {
+		if _, err := path.Match(o.trace, ""); err != nil {
+			return fmt.Errorf("--trace=%q: %w", o.trace, err)
+		}
 	}
 	if o.shards < 1 || o.shards > shards.Buckets {
 		return fmt.Errorf("--shards=%d: want 1 to %d", o.shards, shards.Buckets)

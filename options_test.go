@@ -46,6 +46,11 @@ func TestValidateFlags(t *testing.T) {
 		{[]string{"--gc-headroom-percent=-1"}, "want 0 (off) to 100"},
 		{[]string{"--gc-headroom-percent=101"}, "want 0 (off) to 100"},
 		{[]string{"--metrics-secure=false", "--profiling=true"}, "--profiling requires --metrics-secure"},
+		{[]string{"--trace=default/*"}, ""},
+		{[]string{"--trace=default/[x"}, "--trace=\"default/[x\""},
+		{[]string{"--shards=3"}, "requires --leader-elect"},
+		{[]string{"--shards=3", "--leader-elect"}, ""},
+		{[]string{"--shards=257", "--leader-elect"}, "want 1 to 256"},
 	} {
 		var o options
 		fs := flag.NewFlagSet("test", flag.ContinueOnError)

@@ -54,10 +54,10 @@ func TestShardedDeploymentCarriesItsBucket(t *testing.T) {
 }
 
 // A shard's two Deployment caches: the whole one holds the managed
-// Deployments of its buckets; the metadata one every Deployment without a
-// bucket (others', and ours from before sharding). A managed Deployment
-// of another shard's bucket is in neither (the sync reads it when a
-// create finds it: sync.go).
+// Deployments of its buckets and ours from before sharding (no bucket);
+// the metadata one every unmanaged Deployment, even one that carries a
+// bucket label. A managed Deployment of another shard's bucket is in
+// neither (the sync reads it when a create finds it: sync.go).
 func TestShardSelectorsSplitDeployments(t *testing.T) {
 	shard := shards.Shard{Index: 0, Count: 2} // buckets 00-7f
 	managedSel, othersSel := deploymentSelectors(&shard)
@@ -69,8 +69,9 @@ func TestShardSelectorsSplitDeployments(t *testing.T) {
 	}{
 		{"ours, this shard's bucket", labels.Set{managedByLabel: managedByValue, barLabel: "web", shards.BucketLabel: "3f"}, true, false},
 		{"ours, another shard's bucket", labels.Set{managedByLabel: managedByValue, barLabel: "web", shards.BucketLabel: "c0"}, false, false},
-		{"ours, from before sharding", labels.Set{managedByLabel: managedByValue, barLabel: "web"}, false, true},
+		{"ours, from before sharding", labels.Set{managedByLabel: managedByValue, barLabel: "web"}, true, false},
 		{"someone else's", labels.Set{"app": "web"}, false, true},
+		{"someone else's, with a bucket label", labels.Set{"app": "web", shards.BucketLabel: "3f"}, false, true},
 		{"no labels", nil, false, true},
 	} {
 		if got := m.Matches(tc.labels); got != tc.inManaged {

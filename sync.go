@@ -102,6 +102,9 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) erro
 			return getErr
 		}
 		if !metav1.IsControlledBy(live, bar) {
+			// Another shard's Bar's: no cache of this shard will say when
+			// it goes, so look again (one read) after a while.
+			c.queue.AddAfter(key, outsideCachesRecheck)
 			return c.updateStatus(ctx, bar, 0, notOwnedReadiness(live))
 		}
 		deployment, err = c.applyDeployment(ctx, bar, live, nil)

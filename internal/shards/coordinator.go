@@ -19,9 +19,7 @@ package shards
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math/rand/v2"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -98,6 +96,28 @@ func (c *Coordinator) Run(ctx context.Context, replica string, pod *metav1.Owner
 	member.LeaseName = MemberLeaseName(c.lease.LeaseName, replica)
 	member.Identity = c.self
 	member.Labels = leaseLabels(c.lease.LeaseName, kindMember, c.count)
+	// The Leases are watched before this replica becomes a member: one
+	// the others count, and leave its share to, must be able to take it
+	// (a replica denied the watch would hold its share unheld for good).
+	factory := informers.NewSharedInformerFactoryWithOptions(c.client, 0,
+		informers.WithNamespace(c.lease.Namespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.LabelSelector = labels.Set{leaseOfLabel: c.lease.LeaseName}.String()
+		}))
+	informer := factory.Coordination().V1().Leases().Informer()
+	if _, err := informer.AddEventHandler(c.obs.handler()); err != nil {
+		return err
+	}
+	informerCtx, stopInformer := context.WithCancel(context.WithoutCancel(ctx))
+	factory.Start(informerCtx.Done())
+	defer factory.Shutdown()
+	defer stopInformer()
+	if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
+		return nil // a signal before the Leases were seen: nothing was held
+	}
+	c.mu.Lock()
+	c.synced = true
+	c.mu.Unlock()
 	if pod != nil {
 		if err := createOwned(ctx, c.client, member, *pod); err != nil {
 			return err
@@ -120,28 +140,10 @@ func createOwned(ctx context.Context, client kubernetes.Interface, lease leader.
 
 // coordinate runs while the member Lease is held. Losing it ends
 // leading, and with it every shard's work is asked to finish, but not cut
-// off: the shards' own Leases still fence their writes.
+// off: the shards' own Leases still fence their writes, and leader.Run
+// returns only once coordinate has, after every shard's Lease is
+// released.
 func (c *Coordinator) coordinate(leading, shutdown context.Context) error {
-	factory := informers.NewSharedInformerFactoryWithOptions(c.client, 0,
-		informers.WithNamespace(c.lease.Namespace),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.LabelSelector = labels.Set{leaseOfLabel: c.lease.LeaseName}.String()
-		}))
-	informer := factory.Coordination().V1().Leases().Informer()
-	if _, err := informer.AddEventHandler(c.obs.handler()); err != nil {
-		return err
-	}
-	informerCtx, stopInformer := context.WithCancel(context.WithoutCancel(leading))
-	factory.Start(informerCtx.Done())
-	defer factory.Shutdown()
-	defer stopInformer()
-	if !cache.WaitForCacheSync(leading.Done(), informer.HasSynced) {
-		return leading.Err()
-	}
-	c.mu.Lock()
-	c.synced = true
-	c.mu.Unlock()
-
 	// Give every shard up on a signal, or when the member Lease is lost.
 	stopping, stop := context.WithCancel(context.Background())
 	defer stop()
@@ -202,7 +204,8 @@ func (c *Coordinator) step(ctx context.Context) {
 	}
 	// Stop contending for a shard another replica took. Not for one that
 	// merely left the plan: its elector may have won it this instant, and
-	// cancelling it then would strand the Lease until it runs out.
+	// would give it back at once (leader.Run releases a Lease won as it
+	// was cancelled), a handoff for nothing.
 	for k, r := range c.runners {
 		if !r.leading && takenByOthers[k] {
 			r.stop()
@@ -257,21 +260,26 @@ func (c *Coordinator) start(parent context.Context, s Shard) {
 		defer close(r.done)
 		defer stop()
 		c.clearExpired(ctx, opts.LeaseName)
-		var ran atomic.Bool // won the Lease (set on the elector's goroutine)
+		since := time.Now()
+		var ran atomic.Bool // passed the check (set on the elector's goroutine)
 		err := leader.Run(klog.NewContext(ctx, c.log.WithValues("shard", s)), c.client, opts, nil,
 			func(leading, shutdown context.Context) error {
-				ran.Store(true)
-				c.setLeading(s.Index, true)
-				metrics.SetShardHeld(s.String(), true)
-				metrics.RecordShardHandoff(s.String(), "acquired")
-				defer func() {
-					metrics.SetShardHeld(s.String(), false)
-					c.setLeading(s.Index, false)
-				}()
-				if err := c.check(leading, opts.LeaseName); err != nil {
+				c.setLeading(r, true)
+				defer c.setLeading(r, false)
+				// Given up before the check passed (a plan, a signal):
+				// stop waiting for it.
+				checking, stopChecking := context.WithCancel(leading)
+				defer context.AfterFunc(shutdown, stopChecking)()
+				err := c.check(checking, opts.LeaseName, since)
+				stopChecking()
+				if err != nil {
 					return err
 				}
-				return c.work(leading, shutdown, s, func() { c.setReady(s.Index) })
+				ran.Store(true)
+				metrics.SetShardHeld(s.String(), true)
+				metrics.RecordShardHandoff(s.String(), "acquired")
+				defer metrics.SetShardHeld(s.String(), false)
+				return c.work(leading, shutdown, s, func() { c.setReady(r) })
 			})
 		switch {
 		case errors.Is(err, leader.ErrLostLease):
@@ -283,7 +291,10 @@ func (c *Coordinator) start(parent context.Context, s Shard) {
 			// Not at once again: each replica that yields waits a
 			// different while before it tries, so two that keep meeting
 			// do not keep yielding to each other.
-			time.Sleep(time.Duration(rand.Int64N(int64(c.lease.RetryPeriod) * 2)))
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Duration(rand.Int64N(int64(c.lease.RetryPeriod) * 2))):
+			}
 		case err != nil:
 			c.log.Error(err, "A shard's work failed", "shard", s)
 		}
@@ -300,12 +311,13 @@ func (c *Coordinator) start(parent context.Context, s Shard) {
 }
 
 // check runs after a shard's Lease is won and before its work: once the
-// watch shows this process as the holder, it shows every Lease written
-// before; if replicas of another number of shards hold one, this one
-// yields. Of two that took overlapping shards at once, the later one's
-// check sees the earlier, so they never both write.
-func (c *Coordinator) check(ctx context.Context, leaseName string) error {
-	err := waitFor(ctx, c.lease.RetryPeriod/4, func() bool { return c.obs.holds(leaseName, c.self) })
+// watch shows this process as the holder by a write since it began to
+// contend (since), it shows every Lease written before; if replicas of
+// another number of shards hold one, this one yields. Of two that took
+// overlapping shards at once, the later one's check sees the earlier, so
+// they never both write.
+func (c *Coordinator) check(ctx context.Context, leaseName string, since time.Time) error {
+	err := waitFor(ctx, c.lease.RetryPeriod/4, func() bool { return c.obs.holds(leaseName, c.self, since) })
 	if err != nil {
 		return err
 	}
@@ -328,22 +340,23 @@ func waitFor(ctx context.Context, every time.Duration, cond func() bool) error {
 	return nil
 }
 
-func (c *Coordinator) setLeading(k int, leading bool) {
+// setLeading and setReady change the runner whose work calls them, not
+// whichever runs the shard now: a runner's deferred calls must not touch
+// the one after it.
+func (c *Coordinator) setLeading(r *runner, leading bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if r := c.runners[k]; r != nil {
-		r.leading = leading
-		if !leading {
-			r.ready = false
-		}
+	r.leading = leading
+	if !leading {
+		r.ready = false
 	}
 	c.obs.wake()
 }
 
-func (c *Coordinator) setReady(k int) {
+func (c *Coordinator) setReady(r *runner) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if r := c.runners[k]; r != nil && r.leading {
+	if r.leading {
 		r.ready = true
 	}
 }
@@ -362,50 +375,4 @@ func (c *Coordinator) giveUpAll() error {
 		<-d
 	}
 	return nil
-}
-
-// Held lists the shards this replica holds, in order.
-func (c *Coordinator) Held() []Shard {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var held []Shard
-	for k := range c.count {
-		if r := c.runners[k]; r != nil && r.leading {
-			held = append(held, Shard{k, c.count})
-		}
-	}
-	return held
-}
-
-// Ready is this replica's readiness: it sees the Leases, and every shard
-// it holds has synced its caches. A replica holding no shard is ready: it
-// stands by, as a standby does with one Lease.
-func (c *Coordinator) Ready() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !c.synced {
-		return errors.New("shard Leases not yet seen")
-	}
-	var syncing []string
-	for k := range c.count {
-		if r := c.runners[k]; r != nil && r.leading && !r.ready {
-			syncing = append(syncing, Shard{k, c.count}.String())
-		}
-	}
-	if len(syncing) > 0 {
-		return fmt.Errorf("caches of shards %s not synced", strings.Join(syncing, ", "))
-	}
-	return nil
-}
-
-// Status names the shards held, for /readyz.
-func (c *Coordinator) Status() string {
-	var held []string
-	for _, s := range c.Held() {
-		held = append(held, s.String())
-	}
-	if len(held) == 0 {
-		return "ok: holding no shard (standing by)"
-	}
-	return "ok: holding shards " + strings.Join(held, ", ")
 }

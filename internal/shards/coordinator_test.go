@@ -189,3 +189,46 @@ func TestCoordinatorWaitsForAnotherCount(t *testing.T) {
 	old.done <- nil
 	waitHeld(t, map[*replica]int{nu: 6})
 }
+
+// From one Lease to shards: while the unsharded controller holds its
+// Lease (labelled by UnshardedLeaseLabels, as main.go labels it), a
+// sharded replica takes nothing; once that controller stops and releases
+// it, the replica takes every shard.
+func TestCoordinatorWaitsForTheUnshardedLeader(t *testing.T) {
+	client := newClient()
+	unsharded := testLease
+	unsharded.Identity = "unsharded_id"
+	unsharded.Labels = UnshardedLeaseLabels(testLease.LeaseName)
+	ctx, stopUnsharded := context.WithCancel(context.Background())
+	leading := make(chan struct{})
+	unshardedDone := make(chan error, 1)
+	go func() {
+		unshardedDone <- leader.Run(ctx, client, unsharded, nil, func(_, shutdown context.Context) error {
+			close(leading)
+			<-shutdown.Done()
+			return nil
+		})
+	}()
+	t.Cleanup(func() {
+		stopUnsharded()
+		<-unshardedDone
+	})
+	select {
+	case <-leading:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the unsharded controller never led")
+	}
+
+	r := &running{t: t, by: map[int]string{}}
+	sharded := startReplica(t, client, r, "sharded", 3)
+	time.Sleep(10 * testLease.RetryPeriod) // several plans' worth
+	if held := sharded.c.Held(); len(held) != 0 {
+		t.Fatalf("took %v while the unsharded controller held its Lease", held)
+	}
+	stopUnsharded()
+	if err := <-unshardedDone; err != nil {
+		t.Fatalf("the unsharded controller: %v", err)
+	}
+	unshardedDone <- nil // for the cleanup
+	waitHeld(t, map[*replica]int{sharded: 3})
+}

@@ -42,6 +42,15 @@ func leaseLabels(name, kind string, count int) map[string]string {
 	return map[string]string{leaseOfLabel: name, leaseKindLabel: kind, shardsLabel: strconv.Itoa(count)}
 }
 
+// UnshardedLeaseLabels are the labels of the unsharded controller's one
+// Lease (--shards=1): a shard Lease of count 1, so that replicas of any
+// other count see it held and take nothing while it is (view's
+// OtherCountHeld), as they do for shard Leases of another count. Going
+// from one Lease to shards is then fenced like any change of count.
+func UnshardedLeaseLabels(name string) map[string]string {
+	return leaseLabels(name, kindShard, 1)
+}
+
 // ShardLeaseName is the Lease that shard s is held by. The number of
 // shards is part of it: shard 1 of 3 and shard 1 of 6 are different Bars.
 func ShardLeaseName(name string, s Shard) string {
@@ -188,15 +197,19 @@ func (o *observer) view(name, self string, count int) View {
 	return v
 }
 
-// holds says whether the observer has seen self hold the Lease: after
-// this process acquired it, everything the API server had committed
-// before is in the observer too (a watch delivers in resourceVersion
-// order).
-func (o *observer) holds(leaseName, self string) bool {
+// holds says whether the observer has seen self hold the Lease by a
+// write made at since or later: then everything the API server had
+// committed before that write is in the observer too (a watch delivers
+// in resourceVersion order). The time tells this runner's write from an
+// older record that names this process too (an earlier tenure whose
+// release failed); the elector writes renewTime from this process's own
+// clock at every write, and the API server keeps it to the microsecond.
+func (o *observer) holds(leaseName, self string, since time.Time) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	ob, ok := o.seen[leaseName]
-	return ok && str(ob.lease.Spec.HolderIdentity) == self
+	return ok && str(ob.lease.Spec.HolderIdentity) == self && ob.lease.Spec.RenewTime != nil &&
+		!ob.lease.Spec.RenewTime.Time.Before(since.Truncate(time.Microsecond))
 }
 
 // expired returns the Lease if it names a holder that is no longer live,

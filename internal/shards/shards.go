@@ -131,15 +131,20 @@ func (s Shard) Matches(obj runtime.Object) (bool, error) {
 }
 
 // DeploymentRequirement is the label requirement that selects the
-// Deployments of this shard's Bars: "BucketLabel in (...)", its buckets
-// listed.
+// Deployments this shard's Bars may own: "BucketLabel notin (...)", every
+// other shard's bucket listed. It selects the shard's own buckets, and
+// Deployments with no bucket at all: a Bar's from before --shards, which
+// its first sync labels, must be seen in full by the shard that holds
+// the Bar, whichever that is.
 func (s Shard) DeploymentRequirement() string {
 	lo, hi := s.buckets()
-	values := make([]string, 0, hi-lo)
-	for b := lo; b < hi; b++ {
-		values = append(values, fmt.Sprintf("%02x", b))
+	values := make([]string, 0, Buckets-(hi-lo))
+	for b := range Buckets {
+		if b < lo || b >= hi {
+			values = append(values, fmt.Sprintf("%02x", b))
+		}
 	}
-	return BucketLabel + " in (" + strings.Join(values, ",") + ")"
+	return BucketLabel + " notin (" + strings.Join(values, ",") + ")"
 }
 
 // All lists the shards of count.

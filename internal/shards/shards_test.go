@@ -184,12 +184,22 @@ func TestBucketValue(t *testing.T) {
 }
 
 func TestDeploymentRequirement(t *testing.T) {
-	got := Shard{1, 128}.DeploymentRequirement()
-	if want := BucketLabel + " in (02,03)"; got != want {
-		t.Errorf("got %s, want %s", got, want)
+	// Shard 1 of 128 is buckets 02 and 03: the requirement lists the
+	// other 254, so that it selects those two and Deployments with none.
+	sel, err := labels.Parse(Shard{1, 128}.DeploymentRequirement())
+	if err != nil {
+		t.Fatalf("does not parse: %v", err)
 	}
-	if _, err := labels.Parse(Shard{0, 2}.DeploymentRequirement()); err != nil {
-		t.Errorf("the largest set (N=2) does not parse: %v", err)
+	for value, want := range map[string]bool{"01": false, "02": true, "03": true, "04": false, "ff": false} {
+		if got := sel.Matches(labels.Set{BucketLabel: value}); got != want {
+			t.Errorf("bucket %s selected %v, want %v", value, got, want)
+		}
+	}
+	if !sel.Matches(labels.Set{}) {
+		t.Errorf("a Deployment with no bucket is not selected")
+	}
+	if _, err := labels.Parse(Shard{0, 256}.DeploymentRequirement()); err != nil {
+		t.Errorf("the largest set (N=256, 255 buckets listed) does not parse: %v", err)
 	}
 	if got := fmt.Sprint(Shard{2, 6}); got != "2-of-6" {
 		t.Errorf("String() = %s", got)
