@@ -40,15 +40,57 @@ import (
 	"github.com/barcontroller/bar-controller/harness/localcluster"
 )
 
-// The real API server is started on first use by a test that needs one
-// (running only the in-memory proofs costs nothing) and stopped by
-// TestMain: etcd and kube-apiserver, nothing else.
+// The real API servers are started on first use by a test that needs
+// one (running only the in-memory proofs costs nothing) and stopped by
+// TestMain: etcd and kube-apiserver, nothing else. The second has the
+// ShardedListAndWatch feature gate on (sharding_test.go); the first has
+// the defaults of the version, where it is off.
 var (
-	serverOnce sync.Once
-	server     *localcluster.Cluster
-	serverErr  error
-	serverDir  string
+	plainServer   = &lazyServer{}
+	shardedServer = &lazyServer{flags: []string{"--feature-gates=ShardedListAndWatch=true"}}
 )
+
+// lazyServer is one API server, started by the first test that asks.
+type lazyServer struct {
+	flags []string
+	once  sync.Once
+	c     *localcluster.Cluster
+	err   error
+	dir   string
+}
+
+func (s *lazyServer) stop() {
+	if s.c != nil {
+		s.c.Stop()
+	}
+	if s.dir != "" {
+		os.RemoveAll(s.dir)
+	}
+}
+
+// get returns an admin client configuration for the server, and a
+// namespace of the test's own.
+func (s *lazyServer) get(t *testing.T) (*rest.Config, string) {
+	t.Helper()
+	localcluster.SkipWithoutBinaries(t)
+	s.once.Do(func() {
+		s.dir, s.err = os.MkdirTemp("", "bar-guide-")
+		if s.err != nil {
+			return
+		}
+		s.c, s.err = localcluster.Start(context.Background(), localcluster.Options{Dir: s.dir, APIServerFlags: s.flags})
+	})
+	if s.err != nil {
+		t.Fatalf("starting kube-apiserver %v: %v", s.flags, s.err)
+	}
+	cfg := rest.CopyConfig(s.c.Config)
+	ns := fmt.Sprintf("guide-%d", time.Now().UnixNano())
+	if _, err := typedClient(t, cfg).CoreV1().Namespaces().Create(t.Context(),
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return cfg, ns
+}
 
 func TestMain(m *testing.M) {
 	if child := os.Getenv(childEnv); child != "" {
@@ -57,37 +99,17 @@ func TestMain(m *testing.M) {
 		os.Exit(0)
 	}
 	code := m.Run()
-	if server != nil {
-		server.Stop()
-	}
-	if serverDir != "" {
-		os.RemoveAll(serverDir)
-	}
+	plainServer.stop()
+	shardedServer.stop()
 	os.Exit(code)
 }
 
 // realServer returns an admin client configuration for the shared API
-// server, and a namespace of the test's own.
+// server with the version's default gates, and a namespace of the test's
+// own.
 func realServer(t *testing.T) (*rest.Config, string) {
 	t.Helper()
-	localcluster.SkipWithoutBinaries(t)
-	serverOnce.Do(func() {
-		serverDir, serverErr = os.MkdirTemp("", "bar-guide-")
-		if serverErr != nil {
-			return
-		}
-		server, serverErr = localcluster.Start(context.Background(), localcluster.Options{Dir: serverDir})
-	})
-	if serverErr != nil {
-		t.Fatalf("starting kube-apiserver: %v", serverErr)
-	}
-	cfg := rest.CopyConfig(server.Config)
-	ns := fmt.Sprintf("guide-%d", time.Now().UnixNano())
-	if _, err := typedClient(t, cfg).CoreV1().Namespaces().Create(t.Context(),
-		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	return cfg, ns
+	return plainServer.get(t)
 }
 
 func typedClient(t *testing.T, cfg *rest.Config) kubernetes.Interface {
