@@ -49,13 +49,19 @@ type manifest struct {
 // leaves out the cluster-wide CRD by design (artifacts/namespaced says
 // why); install-conversion-webhook.yaml is what a cluster admin applies
 // once for namespaced installs: the CRD, its admission policies, and the
-// conversion webhook that keeps its caBundle (artifacts/conversion-webhook).
+// conversion webhook that keeps its caBundle (artifacts/conversion-webhook);
+// install-sharded.yaml is install.yaml with every replica active
+// (artifacts/sharded: 3 replicas, 6 shards), the CRD and its policies
+// added as install.yaml has them, which the overlay cannot name.
 var manifests = []manifest{
 	{base: "", file: "install.yaml", apply: "kubectl apply --server-side -f install.yaml"},
 	{base: "conversion-webhook", file: "install-conversion-webhook.yaml",
 		apply: "kubectl apply --server-side -f install-conversion-webhook.yaml  # once per cluster, for namespaced installs",
 		with:  []string{"crd/barcontroller.dev_bars.yaml", "admission/bars.barcontroller.dev.yaml", "admission/crd-changes.barcontroller.dev.yaml"}},
 	{base: "namespaced", file: "install-namespaced.yaml", apply: "kubectl apply --server-side -f install-namespaced.yaml  # after install-conversion-webhook.yaml"},
+	{base: "sharded", file: "install-sharded.yaml",
+		apply: "kubectl apply --server-side -f install-sharded.yaml  # in place of install.yaml: 3 replicas share 6 shards of the Bars (docs/sharding.md)",
+		with:  []string{"crd/barcontroller.dev_bars.yaml", "admission/bars.barcontroller.dev.yaml", "admission/crd-changes.barcontroller.dev.yaml"}},
 	// What docs/upgrade.md's rollback and docs/runbook.md's alerts apply,
 	// so that an operator needs nothing of the repository but the release.
 	{base: "conversion-only", file: "rollback-conversion-only.yaml",

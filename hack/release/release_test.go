@@ -113,7 +113,7 @@ func TestReleaseIsReproducible(t *testing.T) {
 	if !bytes.Equal(sums[0], sums[1]) {
 		t.Errorf("the bundles differ:\n%s\n%s", sums[0], sums[1])
 	}
-	for _, f := range []string{"install.yaml", "install-namespaced.yaml", "install-conversion-webhook.yaml", "RELEASE_NOTES.md", "image.txt",
+	for _, f := range []string{"install.yaml", "install-namespaced.yaml", "install-conversion-webhook.yaml", "install-sharded.yaml", "RELEASE_NOTES.md", "image.txt",
 		"bar-controller-linux-amd64", "bar-controller-linux-arm64",
 		"bar-controller-linux-amd64.spdx.json", "bar-controller-linux-arm64.spdx.json", chartFile(cfg.version)} {
 		if !bytes.Contains(sums[0], []byte("  "+f+"\n")) {
@@ -165,7 +165,7 @@ func checkBundle(t *testing.T, dir string, cfg config, res *result) {
 		f.Close()
 	}
 
-	for _, file := range []string{"install.yaml", "install-namespaced.yaml", "install-conversion-webhook.yaml", "rollback-conversion-only.yaml"} {
+	for _, file := range []string{"install.yaml", "install-namespaced.yaml", "install-conversion-webhook.yaml", "install-sharded.yaml", "rollback-conversion-only.yaml"} {
 		data, err := os.ReadFile(filepath.Join(dir, file))
 		if err != nil {
 			t.Fatal(err)
@@ -173,7 +173,7 @@ func checkBundle(t *testing.T, dir string, cfg config, res *result) {
 		if err := pinnedTo(data, "bar-controller@"+res.index.String()); err != nil {
 			t.Errorf("%s: %v", file, err)
 		}
-		wantCRD := file == "install.yaml" || file == "install-conversion-webhook.yaml"
+		wantCRD := file == "install.yaml" || file == "install-conversion-webhook.yaml" || file == "install-sharded.yaml"
 		if hasCRD := bytes.Contains(data, []byte("\nkind: CustomResourceDefinition\n")); hasCRD != wantCRD {
 			t.Errorf("%s holds the CRD: %v", file, hasCRD)
 		}
