@@ -140,7 +140,7 @@ func (s scenario) controllerRun(ctx context.Context, c *localcluster.Cluster, w 
 	// writing nothing), and a collection counts as live everything
 	// allocated while it marks, so a profile taken amid those syncs counts
 	// their garbage too.
-	idleAfter, err := waitQueueEmpty(ctx, metricsAddr, c.Config.BearerToken)
+	idleAfter, err := waitQueueEmpty(ctx, metricsAddr, c.Config.BearerToken, map[string]string{"name": "bars"})
 	if err != nil {
 		return err
 	}
@@ -208,17 +208,17 @@ func (s scenario) idle(c *localcluster.Cluster, kubeconfig string, r *result) er
 	return nil
 }
 
-// waitQueueEmpty waits until the controller's work queue is empty and no
-// worker holds a key (workqueue_depth and workqueue_unfinished_work_seconds
-// of the "bars" queue both 0, twice in a row a second apart), and returns
-// how long that took.
-func waitQueueEmpty(ctx context.Context, metricsAddr, token string) (time.Duration, error) {
+// waitQueueEmpty waits until the controller's work queues that match
+// queue are empty and no worker holds a key (workqueue_depth and
+// workqueue_unfinished_work_seconds summed over them both 0, twice in a
+// row a second apart), and returns how long that took. A nil queue
+// matches every queue: a sharded replica has one per shard it holds.
+func waitQueueEmpty(ctx context.Context, metricsAddr, token string, queue map[string]string) (time.Duration, error) {
 	client := loopbackClient()
 	// Uncompressed: the gzip writers the metrics handler would pool for
 	// these scrapes would show in the live heap taken next.
 	client.Transport.(*http.Transport).DisableCompression = true
 	start, quiet := time.Now(), 0
-	queue := map[string]string{"name": "bars"}
 	err := wait.PollUntilContextTimeout(ctx, time.Second, 10*time.Minute, true, func(context.Context) (bool, error) {
 		m, err := localcluster.Scrape(client, "https://"+metricsAddr+"/metrics", token)
 		if err != nil {
@@ -227,7 +227,7 @@ func waitQueueEmpty(ctx context.Context, metricsAddr, token string) (time.Durati
 		depth, ok1 := m.Value("workqueue_depth", queue)
 		busy, ok2 := m.Value("workqueue_unfinished_work_seconds", queue)
 		if !ok1 || !ok2 {
-			return false, fmt.Errorf("the controller's metrics have no workqueue_depth or workqueue_unfinished_work_seconds for the bars queue")
+			return false, fmt.Errorf("the controller's metrics have no workqueue_depth or workqueue_unfinished_work_seconds for the queues %v", queue)
 		}
 		if depth == 0 && busy == 0 {
 			quiet++

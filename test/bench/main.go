@@ -54,6 +54,8 @@ func main() {
 		cpuProf    = flag.Duration("cpu-profile", 0, "if set, a CPU profile of each controller run this long from its first Bar create, written next to its log as cpu-<Bars>-<unrelated>-run<i>.pb.gz (for go tool pprof)")
 		apiProf    = flag.Bool("apiserver-profile", false, "with --cpu-profile: profile the API server instead, over each floor and each controller run alike, as apiserver-cpu-<Bars>-<unrelated>-floor<i>.pb.gz and apiserver-cpu-<Bars>-<unrelated>-run<i>.pb.gz; a profile lasts --cpu-profile whatever the window, so keep it no longer than the shortest floor, or it covers what follows (idle time after a floor; the Events wait and the heap profile after a run)")
 		observe    = flag.Bool("observe-floors", false, "each floor carries the bench's convergence watch and ends when it has seen every Bar done, as a controller run does, so that the ratio leaves out what the watch costs; prints the table only (the reports' floors carry no watch)")
+		shardsN    = flag.Int("shards", 0, "instead of the scenarios: with more than 1, per size one floor and then one cold start per --replicas count, each replica with --shards=this (sharded.go), on an API server with ShardedListAndWatch on; writes only the report's sharded part")
+		replicaSet = flag.String("replicas", "1,3", "with --shards: comma-separated replica counts, one cold start each")
 		ctlArgs    = flag.String("controller-args", "", "space-separated flags added to the controller's (say --adaptive-concurrency=false --workers=4, to compare with the fixed number); the report names them")
 	)
 	flag.Parse()
@@ -83,6 +85,14 @@ func main() {
 	}
 	s := scenario{binDir: *binDir, crdDir: *crdDir, controller: controllerPath, inflight: *inflight, idleResync: *idle, logDir: *logDir, rounds: *runs, cpuProfile: *cpuProf, apiServerProfile: *apiProf,
 		observeFloors: *observe, extraArgs: strings.Fields(*ctlArgs)}
+
+	if *shardsN > 1 {
+		if err := runSharded(ctx, s, sizes, *shardsN, *replicaSet, *out); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: sharded:", err)
+			os.Exit(1)
+		}
+		return
+	}
 
 	if *split > 0 {
 		table, err := breakdown(ctx, s, *split, *rounds)
@@ -170,7 +180,14 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench: plot:", err)
 		os.Exit(1)
 	}
-	if err := os.WriteFile(*out, []byte(report(results, failed, apf, table, filepath.Base(plot), *unrelatedN, *inflight, *runs, *idle)), 0o644); err != nil {
+	doc := report(results, failed, apf, table, filepath.Base(plot), *unrelatedN, *inflight, *runs, *idle)
+	// The sharded part is the sharded bench's: keep it as it was.
+	if old, err := os.ReadFile(*out); err == nil {
+		if part, ok := shardedPart(string(old)); ok {
+			doc = spliceSharded(doc, part)
+		}
+	}
+	if err := os.WriteFile(*out, []byte(doc), 0o644); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -178,4 +195,39 @@ func main() {
 	if len(failed) > 0 {
 		os.Exit(1)
 	}
+}
+
+// runSharded is --shards: per size, the sharded bench, its table printed
+// and, with out set, written as out's sharded part.
+func runSharded(ctx context.Context, s scenario, sizes []int, shards int, replicaSet, out string) error {
+	var replicas []int
+	for _, f := range strings.Split(replicaSet, ",") {
+		r, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || r < 1 {
+			return fmt.Errorf("--replicas: bad count %q", f)
+		}
+		replicas = append(replicas, r)
+	}
+	if len(sizes) != 1 {
+		return fmt.Errorf("--shards takes one size in --n, not %d", len(sizes))
+	}
+	fmt.Fprintf(os.Stderr, "bench: %d Bars, %d shards over %v replicas ...\n", sizes[0], shards, replicas)
+	res, err := s.sharded(ctx, sizes[0], shards, replicas)
+	if err != nil {
+		return err
+	}
+	table := shardedTable(res)
+	fmt.Println(table)
+	if out == "" {
+		return nil
+	}
+	old, err := os.ReadFile(out)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(out, []byte(spliceSharded(string(old), shardedSection(res, table, s.inflight))), 0o644); err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "bench: wrote the sharded part of %s\n", out)
+	return nil
 }

@@ -258,13 +258,18 @@ func (s scenario) floor(ctx context.Context, c *localcluster.Cluster, w writers,
 // startController starts bar-controller with kubeconfig, waits for /readyz and
 // returns the address of its metrics endpoint.
 func (s scenario) startController(kubeconfig, name string, extra ...string) (*localcluster.Process, string, error) {
+	return s.startControllerEnv(kubeconfig, name, nil, extra...)
+}
+
+// startControllerEnv is startController with env added to the process's.
+func (s scenario) startControllerEnv(kubeconfig, name string, env []string, extra ...string) (*localcluster.Process, string, error) {
 	addrs, err := localcluster.FreeAddrs(2)
 	if err != nil {
 		return nil, "", err
 	}
 	args := append([]string{"--kubeconfig=" + kubeconfig, "--metrics-bind-address=" + addrs[0], "--health-probe-bind-address=" + addrs[1]}, extra...)
 	args = append(args, s.extraArgs...)
-	p, err := localcluster.StartProcess(name, s.controller, filepath.Join(s.logDir, name+".log"), nil, args...)
+	p, err := localcluster.StartProcess(name, s.controller, filepath.Join(s.logDir, name+".log"), env, args...)
 	if err != nil {
 		return nil, "", err
 	}
