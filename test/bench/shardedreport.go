@@ -60,14 +60,14 @@ func shardedPart(doc string) (string, bool) {
 // list each replica's value, " / " between them.
 func shardedTable(res shardedResult) string {
 	var b strings.Builder
-	b.WriteString("| replicas | shards | Bars | converge (÷ floor) | writes per Bar (Deployment + status + Event) | API server + etcd CPU | per replica: shards held | Bars cached | Bars received (kept / dropped) | peak RSS | live heap | CPU | read |\n")
+	b.WriteString("| replicas | shards | Bars | converge (÷ floor) | writes per Bar (Deployment + status + Event) | API server + etcd CPU | per replica: shards held | Bars cached | Bar events received (dropped) | peak RSS | live heap | CPU | read |\n")
 	b.WriteString("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	for _, r := range res.Rows {
 		var held, cached, received, rss, live, cpu, read []string
 		for _, u := range r.PerReplica {
 			held = append(held, fmt.Sprint(u.Shards))
 			cached = append(cached, fmt.Sprintf("%.0f (%.1f %%)", u.Bars, 100*u.Bars/float64(r.N)))
-			received = append(received, fmt.Sprintf("%.0f / %.0f", u.Kept, u.Dropped))
+			received = append(received, fmt.Sprintf("%.0f (%.0f)", u.Kept+u.Dropped, u.Dropped))
 			rss = append(rss, fmt.Sprintf("%.0f MB", mb(u.PeakRSS)))
 			live = append(live, fmt.Sprintf("%.0f MB", mb(u.Live)))
 			cpu = append(cpu, secs(u.CPU))
@@ -111,10 +111,11 @@ converge).
   Event was written, the Bar creates and the replicas' Lease renewals
   taken out.
 - **Bars cached**: the sum of each replica's bar_controller_shard_bars,
-  and its share of the Bars; **Bars received**: its
-  bar_controller_shard_watch_events_total, what the API server sent its
-  shards' informers (dropped: outside its shards, 0 when the API server
-  honours the selector).
+  and its share of the Bars; **Bar events received**: its
+  bar_controller_shard_watch_events_total, the Bars the API server sent
+  its shards' informers (a Bar's create and its status, two a Bar), and
+  in brackets those outside its shards that it dropped (0 when the API
+  server honours the selector).
 - **peak RSS** (VmHWM), **live heap** (after a collection, once its
   queues were empty), **CPU** (user + system over its whole life:
   start, the shards' share-out, the run) and **read** (rchar of
