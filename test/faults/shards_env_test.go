@@ -122,6 +122,17 @@ func (e *shardEnv) startReplica(t *testing.T, name string) *controller {
 	return c
 }
 
+// startBalanced starts the replicas named and waits until they hold
+// their fair shares of the shards; it returns the names.
+func (e *shardEnv) startBalanced(t *testing.T, names ...string) []string {
+	t.Helper()
+	for _, name := range names {
+		e.startReplica(t, name)
+	}
+	e.waitBalanced(t, names...)
+	return names
+}
+
 // createBars creates e.n Bars, round-robin over the namespaces.
 func (e *shardEnv) createBars(t *testing.T) {
 	t.Helper()

@@ -42,11 +42,7 @@ func TestShardsSplitTheBars(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newShardEnv(t, 5000, tc.namespaces, true)
 			e.plain = true
-			names := []string{"replica-a", "replica-b", "replica-c"}
-			for _, name := range names {
-				e.startReplica(t, name)
-			}
-			e.waitBalanced(t, names...)
+			names := e.startBalanced(t, "replica-a", "replica-b", "replica-c")
 			start := time.Now()
 			e.createBars(t)
 			e.waitConverged(t)
@@ -98,11 +94,7 @@ func TestShardsSplitTheBars(t *testing.T) {
 func TestShardReplicaKilled(t *testing.T) {
 	slow(t)
 	e := newShardEnv(t, 2000, 10, true)
-	names := []string{"replica-a", "replica-b", "replica-c"}
-	for _, name := range names {
-		e.startReplica(t, name)
-	}
-	e.waitBalanced(t, names...)
+	e.startBalanced(t, "replica-a", "replica-b", "replica-c")
 	victim := e.replicas["replica-b"]
 	done := make(chan struct{})
 	go func() {
@@ -156,11 +148,7 @@ func TestShardReplicaKilled(t *testing.T) {
 func TestShardsScaleDownAndUp(t *testing.T) {
 	slow(t)
 	e := newShardEnv(t, 3000, 10, true)
-	names := []string{"replica-a", "replica-b", "replica-c"}
-	for _, name := range names {
-		e.startReplica(t, name)
-	}
-	e.waitBalanced(t, names...)
+	e.startBalanced(t, "replica-a", "replica-b", "replica-c")
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -186,11 +174,7 @@ func TestShardsScaleDownAndUp(t *testing.T) {
 func TestShardsWithoutTheGate(t *testing.T) {
 	slow(t)
 	e := newShardEnv(t, 2000, 10, false)
-	names := []string{"replica-a", "replica-b", "replica-c"}
-	for _, name := range names {
-		e.startReplica(t, name)
-	}
-	e.waitBalanced(t, names...)
+	names := e.startBalanced(t, "replica-a", "replica-b", "replica-c")
 	e.createBars(t)
 	e.waitConverged(t)
 	for _, name := range names {
