@@ -31,19 +31,28 @@ type Report struct{ Name, Text string }
 // Build parses the reports, splits their rows (Split) and fits the model.
 func Build(reports ...Report) (Model, Row, error) {
 	var rows []Row
+	var sharded []ShardedRow
+	var matchNs float64
 	for _, r := range reports {
 		rs, err := ParseReport(r.Name, r.Text)
 		if err != nil {
 			return Model{}, Row{}, err
 		}
 		rows = append(rows, rs...)
+		ss, ns, err := ParseSharded(r.Name, r.Text)
+		if err != nil {
+			return Model{}, Row{}, err
+		}
+		if len(ss) > 0 {
+			sharded, matchNs = ss, ns
+		}
 	}
 	fit, check, err := Split(rows)
 	if err != nil {
 		return Model{}, Row{}, err
 	}
 	m, err := Fit(fit)
-	m.All = rows
+	m.All, m.Sharded, m.MatchNs = rows, sharded, matchNs
 	return m, check, err
 }
 
@@ -166,6 +175,7 @@ func Markdown(m Model, check Row) string {
 		b.WriteString("\n### Where the converge time goes: the CPU account\n\n")
 		b.WriteString(AccountMarkdown(accounts))
 	}
+	b.WriteString(ShardsMarkdown(m, m.Sharded, m.MatchNs))
 	return b.String()
 }
 

@@ -153,6 +153,10 @@ type Model struct {
 	// All is every row of the reports, the check's and those with
 	// unrelated Deployments too (for the CPU account, account.go).
 	All []Row
+	// Sharded are the reports' sharded rows, and MatchNs the cost of one
+	// shard selector's match their run measured (shards.go).
+	Sharded []ShardedRow
+	MatchNs float64
 }
 
 // Predict is the figure's value at n Bars.
