@@ -272,6 +272,9 @@ func (c *Coordinator) start(parent context.Context, s Shard) {
 				defer context.AfterFunc(shutdown, stopChecking)()
 				err := c.check(checking, opts.LeaseName, since)
 				stopChecking()
+				if err != nil && shutdown.Err() != nil {
+					return nil // given up while checking: nothing ran
+				}
 				if err != nil {
 					return err
 				}
