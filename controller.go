@@ -63,9 +63,9 @@ const (
 	// address that accepts connections and never answers would otherwise
 	// hold it for the TLS handshake timeout or longer.
 	discoveryTimeout = 5 * time.Second
-	// outsideCachesRecheck is how often a sharded sync reads again a
+	// outsideCachesRecheck is how often a sharded sync looks again at a
 	// Deployment in its Bar's way that none of its caches holds (another
-	// shard's Bar's): one read a minute per such Bar.
+	// shard's Bar's): a create refused and a read, a minute apart.
 	outsideCachesRecheck = time.Minute
 )
 

@@ -103,7 +103,8 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) erro
 		}
 		if !metav1.IsControlledBy(live, bar) {
 			// Another shard's Bar's: no cache of this shard will say when
-			// it goes, so look again (one read) after a while.
+			// it goes, so look again after a while (the create that finds
+			// it, then this read: two requests a minute for such a Bar).
 			c.queue.AddAfter(key, outsideCachesRecheck)
 			return c.updateStatus(ctx, bar, 0, notOwnedReadiness(live))
 		}
