@@ -18,7 +18,9 @@ package leader
 
 import (
 	"context"
+	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
@@ -49,6 +51,10 @@ type guard struct {
 	renewed time.Time   // renewTime of this process's last successful write as holder
 	timer   *time.Timer // while leading: fires renewDeadline after renewed
 	lose    func(reason string)
+
+	// uncertain: a write of the Lease ended on its context, so whether
+	// the API server applied it is unknown (releaseStranded).
+	uncertain atomic.Bool
 }
 
 func newGuard(lock resourcelock.Interface, renewDeadline time.Duration) *guard {
@@ -111,16 +117,21 @@ func (g *guard) Get(ctx context.Context) (*resourcelock.LeaderElectionRecord, []
 
 func (g *guard) Create(ctx context.Context, ler resourcelock.LeaderElectionRecord) error {
 	err := g.Interface.Create(ctx, ler)
-	if err == nil {
-		g.wrote(ler)
-	}
+	g.done(ctx, ler, err)
 	return err
 }
 
 func (g *guard) Update(ctx context.Context, ler resourcelock.LeaderElectionRecord) error {
 	err := g.Interface.Update(ctx, ler)
-	if err == nil {
-		g.wrote(ler)
-	}
+	g.done(ctx, ler, err)
 	return err
+}
+
+func (g *guard) done(ctx context.Context, ler resourcelock.LeaderElectionRecord, err error) {
+	switch {
+	case err == nil:
+		g.wrote(ler)
+	case ctx.Err() != nil, errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		g.uncertain.Store(true)
+	}
 }

@@ -192,7 +192,9 @@ func Run(ctx context.Context, client kubernetes.Interface, opts Options,
 	led := leading
 	mu.Unlock()
 	if !led {
-		releaseStranded(logger, lock, identity, opts.RenewDeadline)
+		if lock.uncertain.Load() {
+			releaseStranded(logger, lock, identity, opts.RenewDeadline)
+		}
 		return nil
 	}
 	// The elector returns on its own when its renewals fail, while work
@@ -210,7 +212,8 @@ func Run(ctx context.Context, client kubernetes.Interface, opts Options,
 // led: client-go's elector, cancelled while its acquiring write was in
 // flight, returns on the context's error without knowing whether the API
 // server applied the write, and releases only a Lease it saw itself win
-// (LeaderElector.release). When the write did apply, the Lease names this
+// (LeaderElector.release). Run calls it only after such a write (the
+// guard's uncertain), so a standby's shutdown asks the API server nothing. When the write did apply, the Lease names this
 // process, unrenewed, until it runs out, and every other replica waits
 // that long. A replica that holds a Lease per shard cancels contenders
 // often (internal/shards), and the race is then a matter of time. The

@@ -278,6 +278,9 @@ func (c *Coordinator) start(parent context.Context, s Shard) {
 				if err != nil {
 					return err
 				}
+				if shutdown.Err() != nil {
+					return nil // given up as the check passed: start nothing
+				}
 				ran.Store(true)
 				metrics.SetShardHeld(s.String(), true)
 				metrics.RecordShardHandoff(s.String(), "acquired")
