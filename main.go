@@ -213,10 +213,9 @@ func run(ctx context.Context, opts options) error {
 	if err != nil {
 		return err
 	}
-	// Labelled as a shard Lease of count 1: sharded replicas started
-	// beside this one (a rollout to --shards=N) wait for it.
-	opts.leaderElection.Labels = shards.UnshardedLeaseLabels(opts.leaderElection.LeaseName)
-	return leader.Run(ctx, electionClient, opts.leaderElection, watchdog, work)
+	// Fenced against sharded replicas of this controller, both ways (a
+	// rollout to --shards=N and back): each waits for the other's Leases.
+	return shards.RunUnsharded(ctx, electionClient, opts.leaderElection, watchdog, work)
 }
 
 // newElectionClient is the client of the Lease renewals: one of their

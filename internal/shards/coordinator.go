@@ -27,10 +27,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
 	"github.com/barcontroller/bar-controller/internal/leader"
@@ -99,22 +96,11 @@ func (c *Coordinator) Run(ctx context.Context, replica string, pod *metav1.Owner
 	// The Leases are watched before this replica becomes a member: one
 	// the others count, and leave its share to, must be able to take it
 	// (a replica denied the watch would hold its share unheld for good).
-	factory := informers.NewSharedInformerFactoryWithOptions(c.client, 0,
-		informers.WithNamespace(c.lease.Namespace),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.LabelSelector = labels.Set{leaseOfLabel: c.lease.LeaseName}.String()
-		}))
-	informer := factory.Coordination().V1().Leases().Informer()
-	if _, err := informer.AddEventHandler(c.obs.handler()); err != nil {
-		return err
+	stopWatching, synced, err := watchLeases(ctx, c.client, c.lease, c.obs)
+	if err != nil || !synced {
+		return err // nil: a signal before the Leases were seen, nothing was held
 	}
-	informerCtx, stopInformer := context.WithCancel(context.WithoutCancel(ctx))
-	factory.Start(informerCtx.Done())
-	defer factory.Shutdown()
-	defer stopInformer()
-	if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
-		return nil // a signal before the Leases were seen: nothing was held
-	}
+	defer stopWatching()
 	c.mu.Lock()
 	c.synced = true
 	c.mu.Unlock()

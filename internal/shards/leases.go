@@ -17,12 +17,21 @@ limitations under the License.
 package shards
 
 import (
+	"context"
+	"fmt"
 	"strconv"
 	"sync"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/barcontroller/bar-controller/internal/leader"
 )
 
 // The labels on every Lease of a sharded controller: which controller
@@ -171,6 +180,11 @@ func (o *observer) view(name, self string, count int) View {
 	for _, s := range All(count) {
 		byName[ShardLeaseName(name, s)] = s.Index
 	}
+	if count == 1 {
+		// The unsharded controller (RunUnsharded): its one Lease, named
+		// name itself, is its only shard.
+		byName = map[string]int{name: 0}
+	}
 	want := strconv.Itoa(count)
 	for leaseName, ob := range o.seen {
 		l := ob.lease.Labels
@@ -222,4 +236,41 @@ func (o *observer) expired(leaseName string) (*coordinationv1.Lease, bool) {
 		return nil, false
 	}
 	return ob.lease, true
+}
+
+// watchLeases feeds obs from an informer on the Leases of the controller
+// named lease.LeaseName (its label, leaseOfLabel), and waits until it has
+// synced; synced is false if ctx ended first. The informer runs until
+// stop is called, not until ctx ends: a replica's Leases are released
+// after the signal, and the fence is judged until then.
+func watchLeases(ctx context.Context, client kubernetes.Interface, lease leader.Options, obs *observer) (stop func(), synced bool, err error) {
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0,
+		informers.WithNamespace(lease.Namespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.LabelSelector = labels.Set{leaseOfLabel: lease.LeaseName}.String()
+		}))
+	// A grant without list and watch would leave the informer retrying
+	// forever and this process waiting for it, standing by in silence:
+	// ask once, and fail with the reason.
+	_, err = client.CoordinationV1().Leases(lease.Namespace).List(ctx, metav1.ListOptions{
+		LabelSelector: labels.Set{leaseOfLabel: lease.LeaseName}.String(), Limit: 1})
+	if apierrors.IsForbidden(err) {
+		return nil, false, fmt.Errorf("the controller watches its Leases in namespace %s to fence its writes, and may not list them "+
+			"(artifacts/install/rbac.yaml grants list and watch on Leases): %w", lease.Namespace, err)
+	}
+	informer := factory.Coordination().V1().Leases().Informer()
+	if _, err := informer.AddEventHandler(obs.handler()); err != nil {
+		return nil, false, err
+	}
+	informerCtx, stopInformer := context.WithCancel(context.WithoutCancel(ctx))
+	factory.Start(informerCtx.Done())
+	stop = func() {
+		stopInformer()
+		factory.Shutdown()
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
+		stop()
+		return nil, false, nil
+	}
+	return stop, true, nil
 }

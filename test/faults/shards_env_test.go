@@ -101,6 +101,13 @@ func plainController(t *testing.T) string {
 // startReplica starts one replica of the sharded controller.
 func (e *shardEnv) startReplica(t *testing.T, name string) *controller {
 	t.Helper()
+	return e.startWith(t, name, shardCount)
+}
+
+// startWith starts a replica with --shards=count; 1 is the unsharded
+// controller, started as it always was (no --shards).
+func (e *shardEnv) startWith(t *testing.T, name string, count int) *controller {
+	t.Helper()
 	binary := controllerBinary
 	if e.plain {
 		binary = plainController(t)
@@ -109,10 +116,13 @@ func (e *shardEnv) startReplica(t *testing.T, name string) *controller {
 	if err != nil {
 		t.Fatal(err)
 	}
+	args := []string{"--kubeconfig=" + e.cluster.Kubeconfig, "--metrics-bind-address=" + addrs[0], "--health-probe-bind-address=" + addrs[1],
+		"--leader-elect", "--leader-elect-lease-namespace=" + e.ns, insecureMetrics}
+	if count > 1 {
+		args = append(args, fmt.Sprintf("--shards=%d", count))
+	}
 	p, err := localcluster.StartProcess(name, binary, filepath.Join(e.dir, name+".log"),
-		[]string{"GORACE=atexit_sleep_ms=0", "POD_NAME=" + name},
-		"--kubeconfig="+e.cluster.Kubeconfig, "--metrics-bind-address="+addrs[0], "--health-probe-bind-address="+addrs[1],
-		"--leader-elect", "--leader-elect-lease-namespace="+e.ns, fmt.Sprintf("--shards=%d", shardCount), insecureMetrics)
+		[]string{"GORACE=atexit_sleep_ms=0", "POD_NAME=" + name}, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,6 +146,12 @@ func (e *shardEnv) startBalanced(t *testing.T, names ...string) []string {
 // createBars creates e.n Bars, round-robin over the namespaces.
 func (e *shardEnv) createBars(t *testing.T) {
 	t.Helper()
+	e.createRange(t, 0, e.n)
+}
+
+// createRange creates Bars from up to to, of the e.n createBars makes.
+func (e *shardEnv) createRange(t *testing.T, from, to int) {
+	t.Helper()
 	ctx := t.Context()
 	var wg sync.WaitGroup
 	next := make(chan int)
@@ -156,7 +172,7 @@ func (e *shardEnv) createBars(t *testing.T) {
 			}
 		})
 	}
-	for i := range e.n {
+	for i := from; i < to; i++ {
 		next <- i
 	}
 	close(next)
@@ -172,6 +188,13 @@ func (e *shardEnv) createBars(t *testing.T) {
 // it and carrying its bucket, and a current status. The 10 minutes are a
 // hang bound (5,000 Bars under three -race replicas converge in about 2).
 func (e *shardEnv) waitConverged(t *testing.T) {
+	t.Helper()
+	e.waitConvergedOf(t, e.n, true)
+}
+
+// waitConvergedOf waits until want Bars are converged; bucket asks that
+// their Deployments carry their buckets (what sharded replicas write).
+func (e *shardEnv) waitConvergedOf(t *testing.T, want int, bucket bool) {
 	t.Helper()
 	var last string
 	err := wait.PollUntilContextTimeout(t.Context(), time.Second, 10*time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -194,14 +217,14 @@ func (e *shardEnv) waitConverged(t *testing.T) {
 				}
 			}
 			for _, b := range bars.Items {
-				bucket, ok := controlled[b.UID]
-				if ok && bucket == shards.BucketValue(b.UID) && b.Status.ObservedGeneration == b.Generation {
+				got, ok := controlled[b.UID]
+				if ok && (!bucket || got == shards.BucketValue(b.UID)) && b.Status.ObservedGeneration == b.Generation {
 					done++
 				}
 			}
 		}
-		last = fmt.Sprintf("%d of %d Bars converged", done, e.n)
-		return done == e.n, nil
+		last = fmt.Sprintf("%d of %d Bars converged", done, want)
+		return done == want, nil
 	})
 	if err != nil {
 		t.Fatalf("waiting for convergence: %v (%s)", err, last)
