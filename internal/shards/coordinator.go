@@ -28,6 +28,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
 	"github.com/barcontroller/bar-controller/internal/leader"
@@ -96,11 +97,17 @@ func (c *Coordinator) Run(ctx context.Context, replica string, pod *metav1.Owner
 	// The Leases are watched before this replica becomes a member: one
 	// the others count, and leave its share to, must be able to take it
 	// (a replica denied the watch would hold its share unheld for good).
+	if err := canListLeases(ctx, c.client, c.lease); err != nil {
+		return err
+	}
 	stopWatching, synced, err := watchLeases(ctx, c.client, c.lease, c.obs)
-	if err != nil || !synced {
-		return err // nil: a signal before the Leases were seen, nothing was held
+	if err != nil {
+		return err
 	}
 	defer stopWatching()
+	if !cache.WaitForCacheSync(ctx.Done(), synced) {
+		return nil // a signal before the Leases were seen: nothing was held
+	}
 	c.mu.Lock()
 	c.synced = true
 	c.mu.Unlock()

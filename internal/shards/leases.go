@@ -238,39 +238,42 @@ func (o *observer) expired(leaseName string) (*coordinationv1.Lease, bool) {
 	return ob.lease, true
 }
 
+// canListLeases asks once for the Leases that watchLeases watches: a
+// grant without list and watch would leave the informer retrying forever,
+// standing by in silence. Only a refusal is an error; anything else the
+// informer retries.
+func canListLeases(ctx context.Context, client kubernetes.Interface, lease leader.Options) error {
+	_, err := client.CoordinationV1().Leases(lease.Namespace).List(ctx, metav1.ListOptions{
+		LabelSelector: labels.Set{leaseOfLabel: lease.LeaseName}.String(), Limit: 1})
+	if apierrors.IsForbidden(err) {
+		return fmt.Errorf("the controller watches its Leases in namespace %s to fence its writes, and may not list them "+
+			"(artifacts/install/rbac.yaml grants list and watch on Leases): %w", lease.Namespace, err)
+	}
+	return nil
+}
+
 // watchLeases feeds obs from an informer on the Leases of the controller
-// named lease.LeaseName (its label, leaseOfLabel), and waits until it has
-// synced; synced is false if ctx ended first. The informer runs until
-// stop is called, not until ctx ends: a replica's Leases are released
-// after the signal, and the fence is judged until then.
-func watchLeases(ctx context.Context, client kubernetes.Interface, lease leader.Options, obs *observer) (stop func(), synced bool, err error) {
+// named lease.LeaseName (its label, leaseOfLabel). It does not wait:
+// synced says when obs has been handed every Lease of the initial list
+// (the handler's own HasSynced: the informer's says only that its store
+// has them). The informer runs until stop is called, not until ctx ends:
+// a replica's Leases are released after the signal, and the fence is
+// judged until then.
+func watchLeases(ctx context.Context, client kubernetes.Interface, lease leader.Options, obs *observer) (stop func(), synced cache.InformerSynced, err error) {
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0,
 		informers.WithNamespace(lease.Namespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.LabelSelector = labels.Set{leaseOfLabel: lease.LeaseName}.String()
 		}))
-	// A grant without list and watch would leave the informer retrying
-	// forever and this process waiting for it, standing by in silence:
-	// ask once, and fail with the reason.
-	_, err = client.CoordinationV1().Leases(lease.Namespace).List(ctx, metav1.ListOptions{
-		LabelSelector: labels.Set{leaseOfLabel: lease.LeaseName}.String(), Limit: 1})
-	if apierrors.IsForbidden(err) {
-		return nil, false, fmt.Errorf("the controller watches its Leases in namespace %s to fence its writes, and may not list them "+
-			"(artifacts/install/rbac.yaml grants list and watch on Leases): %w", lease.Namespace, err)
-	}
 	informer := factory.Coordination().V1().Leases().Informer()
-	if _, err := informer.AddEventHandler(obs.handler()); err != nil {
-		return nil, false, err
+	reg, err := informer.AddEventHandler(obs.handler())
+	if err != nil {
+		return nil, nil, err
 	}
 	informerCtx, stopInformer := context.WithCancel(context.WithoutCancel(ctx))
 	factory.Start(informerCtx.Done())
-	stop = func() {
+	return func() {
 		stopInformer()
 		factory.Shutdown()
-	}
-	if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
-		stop()
-		return nil, false, nil
-	}
-	return stop, true, nil
+	}, reg.HasSynced, nil
 }

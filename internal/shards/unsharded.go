@@ -20,8 +20,8 @@ import (
 	"context"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/klog/v2"
 
@@ -58,24 +58,28 @@ func RunUnsharded(ctx context.Context, client kubernetes.Interface, lease leader
 	}
 	lease.Labels = UnshardedLeaseLabels(lease.LeaseName)
 	obs := newObserver(lease.LeaseDuration)
+	// Not waited for here: the elector starts at once, as it always has
+	// (a standby's leader_election_master_status is there as soon as it
+	// is ready); only work waits for the watch.
 	stopWatching, synced, err := watchLeases(ctx, client, lease, obs)
-	if apierrors.IsForbidden(err) {
-		// A grant from before the fence (artifacts/install/rbac.yaml
-		// gives list and watch now): a binary upgraded on its own. Run
-		// as before rather than crash-loop; only the sharded replicas'
-		// half of the fence holds.
-		klog.FromContext(ctx).Error(err, "Running without the fence against sharded replicas: do not run replicas with --shards beside this one until the grant is updated")
-		return leader.Run(ctx, client, lease, watchdog, work)
-	}
-	if err != nil || !synced {
-		return err // nil: a signal before the Leases were seen, nothing was held
+	if err != nil {
+		return err
 	}
 	defer stopWatching()
 	since := time.Now()
 	return leader.Run(ctx, client, lease, watchdog, func(leading, shutdown context.Context) error {
+		if err := canListLeases(leading, client, lease); err != nil {
+			// A grant from before the fence (artifacts/install/rbac.yaml
+			// gives list and watch now): a binary upgraded on its own.
+			// Run as before rather than crash-loop; only the sharded
+			// replicas' half of the fence holds.
+			klog.FromContext(ctx).Error(err, "Running without the fence against sharded replicas: do not run replicas with --shards beside this one until the grant is updated")
+			stopWatching()
+			return work(leading, shutdown)
+		}
 		checking, stopChecking := context.WithCancel(leading)
 		defer context.AfterFunc(shutdown, stopChecking)()
-		err := waitForShardsGone(checking, obs, lease, since)
+		err := waitForShardsGone(checking, obs, synced, lease, since)
 		stopChecking()
 		if err != nil || shutdown.Err() != nil {
 			// The Lease lost (leader.Run says so) or a signal while
@@ -86,14 +90,15 @@ func RunUnsharded(ctx context.Context, client kubernetes.Interface, lease leader
 	})
 }
 
-// waitForShardsGone waits until the observer has seen this process hold
-// the Lease by a write made since it began to contend, and then until no
-// live shard Lease of another count is left.
-func waitForShardsGone(ctx context.Context, obs *observer, lease leader.Options, since time.Time) error {
+// waitForShardsGone waits until the observer has been handed the initial
+// list (synced) and has seen this process hold the Lease by a write made
+// since it began to contend, and then until no live shard Lease of
+// another count is left.
+func waitForShardsGone(ctx context.Context, obs *observer, synced cache.InformerSynced, lease leader.Options, since time.Time) error {
 	logger := klog.FromContext(ctx)
 	said := false
 	return waitFor(ctx, lease.RetryPeriod/4, func() bool {
-		if !obs.holds(lease.LeaseName, lease.Identity, since) {
+		if !synced() || !obs.holds(lease.LeaseName, lease.Identity, since) {
 			return false
 		}
 		if !obs.view(lease.LeaseName, lease.Identity, 1).OtherCountHeld {

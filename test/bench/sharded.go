@@ -162,8 +162,8 @@ func (s scenario) sharded(ctx context.Context, n, shards int, replicas []int) (r
 }
 
 // installShardedRole widens the controller's Lease grant as the sharded
-// overlay does (artifacts/sharded): the replicas list and watch the shard
-// and member Leases. The Role is taken from the overlay's own output, so
+// overlay does (artifacts/sharded): the replicas get and update shard
+// and member Leases of any name. The Role is taken from the overlay's own output, so
 // the bench runs with exactly the grant that ships.
 func installShardedRole(ctx context.Context, c *localcluster.Cluster, root, dir string) error {
 	out, err := c.Kubectl(ctx, "kustomize", filepath.Join(root, "artifacts", "sharded"))
