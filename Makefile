@@ -86,7 +86,8 @@ test: ## Run all tests (unit, real control plane, real node, chart, alerts, rele
 	export BAR_REQUIRE_INTEGRATION=1 BAR_REQUIRE_HELM=1 BAR_REQUIRE_COSIGN=1 BAR_REQUIRE_PROMTOOL=1; \
 	pkgs="$$(go list ./... | grep -v /test/node)"; \
 	go test $(TEST_FLAGS) -count=1 -timeout=30m $$pkgs; \
-	go test $(TEST_FLAGS) -count=1 -timeout=20m ./test/node
+	go test $(TEST_FLAGS) -count=1 -timeout=20m ./test/node; \
+	cd test/bench/peer && go test $(TEST_FLAGS) -count=1 ./...
 
 .PHONY: test-unit
 test-unit: ## Run only the unit tests (fake clients; seconds, nothing to build).
@@ -101,7 +102,8 @@ BENCH_ARGS ?=
 .PHONY: bench
 bench: build ## Measure converge time against a floor, writes per Bar, idle writes, memory and CPU on a real API server; writes docs/benchmarks.md and its plot, and refits docs/sizing-model.md.
 	go build -o bin/bench ./test/bench
-	kube_bin_dir="$$(hack/install-k8s-binaries.sh etcd kube-apiserver kubectl | tail -n 1)" && bin/bench --bin-dir="$$kube_bin_dir" --controller=bin/bar-controller --n=$(N) $(BENCH_ARGS)
+	cd test/bench/peer && go build -o ../../../bin/bench-peer .
+	kube_bin_dir="$$(hack/install-k8s-binaries.sh etcd kube-apiserver kubectl | tail -n 1)" && bin/bench --bin-dir="$$kube_bin_dir" --controller=bin/bar-controller --peer=bin/bench-peer --n=$(N) $(BENCH_ARGS)
 	go run ./test/bench/model/cmd/sizing-model -w
 
 # The sharded part of docs/benchmarks-large.md: one replica's cost at
@@ -121,7 +123,7 @@ bench-sharded: build ## Measure one replica's memory and CPU at 50,000 Bars: uns
 .PHONY: bench-large
 bench-large: build ## Measure 5,000 and 50,000 Bars (one run each, about 35 minutes); writes docs/benchmarks-large.md and its plot, and refits docs/sizing-model.md.
 	go build -o bin/bench ./test/bench
-	kube_bin_dir="$$(hack/install-k8s-binaries.sh etcd kube-apiserver kubectl | tail -n 1)" && bin/bench --bin-dir="$$kube_bin_dir" --controller=bin/bar-controller --n=5000,50000 --runs=1 --unrelated=0 --apf=0 --out=docs/benchmarks-large.md --log-dir=_output/bench-large
+	kube_bin_dir="$$(hack/install-k8s-binaries.sh etcd kube-apiserver kubectl | tail -n 1)" && bin/bench --bin-dir="$$kube_bin_dir" --controller=bin/bar-controller --n=5000,50000 --runs=1 --unrelated=0 --apf=0 --churn-n=50000 --out=docs/benchmarks-large.md --log-dir=_output/bench-large
 	go run ./test/bench/model/cmd/sizing-model -w
 
 # make test runs only the quick fault cases; BAR_FAULTS_ALL=1 adds the slow

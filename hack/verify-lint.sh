@@ -22,6 +22,9 @@ fi
 # with the release's flags, whose compile the release already made.
 go vet -race -gcflags=all=-dwarf=false ./...
 CGO_ENABLED=0 go vet -trimpath ./harness/localcluster/
+# The bench's controller-runtime peer is a module of its own (so that the
+# product's go.mod never names controller-runtime): ./... stops at it.
+(cd test/bench/peer && go vet -race -gcflags=all=-dwarf=false ./...)
 
 # The tree of docs/development.md: the root tells the controller's story
 # in at most 14 files; internal/ is what ships, so every package there is

@@ -36,7 +36,7 @@ import (
 // the Bars and Deployments go, so that the next floor starts from what
 // this one did.
 func (s scenario) controllerRun(ctx context.Context, c *localcluster.Cluster, w writers, kubeconfig string, r *result, i int) error {
-	ns, n := fmt.Sprintf("bench-%d", i), r.N
+	ns, n := s.runName(i), r.N
 	last := i == s.rounds-1
 	if err := createNamespace(ctx, w.kube, ns); err != nil {
 		return err
@@ -47,7 +47,7 @@ func (s scenario) controllerRun(ctx context.Context, c *localcluster.Cluster, w 
 	if err != nil {
 		return err
 	}
-	ctl, metricsAddr, err := s.startController(kubeconfig, fmt.Sprintf("controller-%d", i), "--profiling")
+	ctl, metricsAddr, err := s.startController(kubeconfig, "controller-"+ns, "--profiling")
 	if err != nil {
 		return err
 	}
@@ -66,7 +66,7 @@ func (s scenario) controllerRun(ctx context.Context, c *localcluster.Cluster, w 
 		return err
 	}
 	s.step(ns)
-	base, save := "https://"+metricsAddr, fmt.Sprintf("cpu-%d-%d-run%d.pb.gz", n, r.Unrelated, i)
+	base, save := "https://"+metricsAddr, fmt.Sprintf("cpu-%d-%d-%s.pb.gz", n, r.Unrelated, ns)
 	if s.apiServerProfile {
 		base, save = c.Server, "apiserver-"+save
 	}
@@ -147,7 +147,7 @@ func (s scenario) controllerRun(ctx context.Context, c *localcluster.Cluster, w 
 	r.QueueEmptyAfter = append(r.QueueEmptyAfter, time.Since(converged))
 	fmt.Fprintf(os.Stderr, "bench: run %d: work queue empty %v after convergence (waited %v for it)\n", i, time.Since(converged).Round(100*time.Millisecond), idleAfter.Round(100*time.Millisecond))
 	// The admin may get the profile; the bench is its only reader.
-	if r.Heap, err = liveHeap(ctx, metricsAddr, c.Config.BearerToken, filepath.Join(s.logDir, fmt.Sprintf("heap-%d-%d-run%d.pb.gz", n, r.Unrelated, i)), 6); err != nil {
+	if r.Heap, err = liveHeap(ctx, metricsAddr, c.Config.BearerToken, filepath.Join(s.logDir, fmt.Sprintf("heap-%d-%d-%s.pb.gz", n, r.Unrelated, ns)), 6); err != nil {
 		return err
 	}
 	// The API server counts a WATCH when it ends: stop the bench's own
@@ -174,6 +174,11 @@ func (s scenario) controllerRun(ctx context.Context, c *localcluster.Cluster, w 
 		if err := s.idle(c, kubeconfig, r); err != nil {
 			return err
 		}
+		if s.steadyAt(r) {
+			if err := s.steadyStep(ctx, c, w, kubeconfig, ns, r); err != nil {
+				return fmt.Errorf("steady state: %w", err)
+			}
+		}
 	}
 	s.step(ns + ": clean")
 	return clean(ctx, w.kube, w.bars, ns)
@@ -187,7 +192,7 @@ func (s scenario) idle(c *localcluster.Cluster, kubeconfig string, r *result) er
 	if err != nil {
 		return err
 	}
-	idle, _, err := s.startController(kubeconfig, "idle", "--resync-period="+s.idleResync.String())
+	idle, _, err := s.startController(kubeconfig, s.runName(0)[:4]+"-idle", "--resync-period="+s.idleResync.String())
 	if err != nil {
 		return err
 	}

@@ -56,6 +56,10 @@ func main() {
 		observe    = flag.Bool("observe-floors", false, "each floor carries the bench's convergence watch and ends when it has seen every Bar done, as a controller run does, so that the ratio leaves out what the watch costs; prints the table only (the reports' floors carry no watch)")
 		shardsN    = flag.Int("shards", 0, "instead of the scenarios: with more than 1, per size one floor and then one cold start per --replicas count, each replica with --shards=this (sharded.go), on an API server with ShardedListAndWatch on; writes only the report's sharded part")
 		replicaSet = flag.String("replicas", "1,3", "with --shards: comma-separated replica counts, one cold start each")
+		churnN     = flag.Int("churn-n", 2000, "the row (without unrelated Deployments) that ends with the steady step: a restart over its converged Bars, then --churn-for of spec changes at each --churn-rates and of Deployment deletes at the first rate, then an API server restart (steady.go); 0 skips it")
+		churnFor   = flag.Duration("churn-for", time.Minute, "how long each churn phase changes Bars")
+		churnRates = flag.String("churn-rates", "20,100", "comma-separated changes per second, one churn phase each")
+		peer       = flag.String("peer", "", "the controller-runtime peer's binary (test/bench/peer, make bench builds it), run beside the controller in every row of no unrelated Deployments, against the same floors (peer.go); empty: none")
 		ctlArgs    = flag.String("controller-args", "", "space-separated flags added to the controller's (say --adaptive-concurrency=false --workers=4, to compare with the fixed number); the report names them")
 	)
 	flag.Parse()
@@ -83,7 +87,16 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench: --runs must be at least 1")
 		os.Exit(2)
 	}
-	s := scenario{binDir: *binDir, crdDir: *crdDir, controller: controllerPath, inflight: *inflight, idleResync: *idle, logDir: *logDir, rounds: *runs, cpuProfile: *cpuProf, apiServerProfile: *apiProf,
+	rates, err := parseCounts(*churnRates)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench: --churn-rates:", err)
+		os.Exit(2)
+	}
+	peerPath := *peer
+	if peerPath != "" {
+		peerPath, _ = filepath.Abs(peerPath)
+	}
+	s := scenario{peer: peerPath, churnN: *churnN, churnFor: *churnFor, churnRates: rates, binDir: *binDir, crdDir: *crdDir, controller: controllerPath, inflight: *inflight, idleResync: *idle, logDir: *logDir, rounds: *runs, cpuProfile: *cpuProf, apiServerProfile: *apiProf,
 		observeFloors: *observe, extraArgs: strings.Fields(*ctlArgs)}
 
 	if *shardsN > 1 {
@@ -165,6 +178,7 @@ func main() {
 		fmt.Println()
 	}
 	fmt.Println(table)
+	fmt.Print(peerSection(results), steadySection(results, *churnFor))
 	if apf != nil {
 		fmt.Println(apfTable(*apf))
 		fmt.Println(apfTarget(*apf))
@@ -180,7 +194,8 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench: plot:", err)
 		os.Exit(1)
 	}
-	doc := report(results, failed, apf, table, filepath.Base(plot), *unrelatedN, *inflight, *runs, *idle)
+	doc := report(results, failed, apf, table, filepath.Base(plot), *unrelatedN, *inflight, *runs, *idle) +
+		peerSection(results) + steadySection(results, *churnFor)
 	// The sharded part is the sharded bench's: keep it as it was.
 	if old, err := os.ReadFile(*out); err == nil {
 		if part, ok := shardedPart(string(old)); ok {
@@ -230,4 +245,17 @@ func runSharded(ctx context.Context, s scenario, sizes []int, shards int, replic
 	}
 	fmt.Fprintf(os.Stderr, "bench: wrote the sharded part of %s\n", out)
 	return nil
+}
+
+// parseCounts parses a comma-separated list of positive integers.
+func parseCounts(list string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(list, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("bad count %q", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }

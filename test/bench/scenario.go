@@ -84,6 +84,11 @@ type result struct {
 	// FloorRetries counts the floors' requests done again after a timeout
 	// or a lost connection (runFloor); the floors' times include them.
 	FloorRetries int
+	// Steady is the row's steady step (steady.go), if it had one.
+	Steady *steady
+	// Peer is the controller-runtime peer's runs of the row (peer.go),
+	// whose Floors are this row's.
+	Peer *result
 }
 
 type scenario struct {
@@ -108,6 +113,17 @@ type scenario struct {
 	observeFloors bool
 	// extraArgs are added to every controller's flags (--controller-args).
 	extraArgs []string
+	// churnN is the row (of no unrelated Deployments) that gets the
+	// steady step, each churn phase lasting churnFor at each of
+	// churnRates changes a second (--churn-*).
+	churnN     int
+	churnFor   time.Duration
+	churnRates []int
+	// peer is the controller-runtime peer's binary (--peer), run beside
+	// the controller in the rows of no unrelated Deployments; isPeer
+	// marks the scenario that runs it (peerScenario).
+	peer   string
+	isPeer bool
 	// step names what the row is doing now, for its monitor (monitor.go).
 	step func(string)
 }
@@ -185,13 +201,51 @@ func (s scenario) run(ctx context.Context, n, unrelated int) (r result, err erro
 		if i == s.rounds {
 			break
 		}
-		if err := s.controllerRun(ctx, c, w, kubeconfig, &r, i); err != nil {
-			return r, fmt.Errorf("controller run %d: %w", i, err)
+		if err := s.runs(ctx, c, w, kubeconfig, &r, i); err != nil {
+			return r, err
 		}
 		fmt.Fprintf(os.Stderr, "bench:   controller run %d: converged in %v, API server + etcd CPU %v, the bench's own %v, peak RSS so far %.1f MB, live heap %.1f MB\n",
 			i, r.Controllers[i].Round(100*time.Millisecond), r.ControllerServerCPU[i].Round(100*time.Millisecond), r.ControllerBenchCPU[i].Round(100*time.Millisecond), mb(r.PeakRSS), mb(r.Heap.Live))
 	}
 	return r, nil
+}
+
+// runs is round i's controller run, and the peer's if it has one, in
+// turn: bar-controller first in even rounds, the peer in odd ones, so
+// that a drift of the machine falls on both alike.
+func (s scenario) runs(ctx context.Context, c *localcluster.Cluster, w writers, kubeconfig string, r *result, i int) error {
+	ours := func() error {
+		if err := s.controllerRun(ctx, c, w, kubeconfig, r, i); err != nil {
+			return fmt.Errorf("controller run %d: %w", i, err)
+		}
+		return nil
+	}
+	if s.peer == "" || r.Unrelated != 0 {
+		return ours()
+	}
+	if r.Peer == nil {
+		if err := grantPeer(ctx, w.kube); err != nil {
+			return fmt.Errorf("the peer's grant: %w", err)
+		}
+		r.Peer = &result{N: r.N, Floors: r.Floors}
+	}
+	peer := func() error {
+		r.Peer.Floors = r.Floors
+		if err := s.peerScenario().controllerRun(ctx, c, w, kubeconfig, r.Peer, i); err != nil {
+			return fmt.Errorf("peer run %d: %w", i, err)
+		}
+		fmt.Fprintf(os.Stderr, "bench:   peer run %d: converged in %v, peak RSS so far %.1f MB, live heap %.1f MB\n",
+			i, r.Peer.Controllers[i].Round(100*time.Millisecond), mb(r.Peer.PeakRSS), mb(r.Peer.Heap.Live))
+		return nil
+	}
+	first, second := ours, peer
+	if i%2 == 1 {
+		first, second = peer, ours
+	}
+	if err := first(); err != nil {
+		return err
+	}
+	return second()
 }
 
 func createNamespace(ctx context.Context, kube kubernetes.Interface, name string) error {
