@@ -324,5 +324,12 @@ func newController(ctx context.Context, opts options, cl clients, shard *shards.
 	if err != nil {
 		return nil, c, err
 	}
-	return controller, c, controller.Trace(opts.trace)
+	if err := controller.Trace(opts.trace); err != nil {
+		// Run never starts, so nothing else shuts the queue down; a
+		// shard's work that fails here is started again, and each failed
+		// start would leave its queue's goroutines behind.
+		controller.queue.ShutDown()
+		return nil, c, err
+	}
+	return controller, c, nil
 }

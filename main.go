@@ -215,7 +215,7 @@ func run(ctx context.Context, opts options) error {
 	}
 	// Fenced against sharded replicas of this controller, both ways (a
 	// rollout to --shards=N and back): each waits for the other's Leases.
-	return shards.RunUnsharded(ctx, electionClient, opts.leaderElection, watchdog, work)
+	return shards.RunUnsharded(ctx, electionClient, kubeClient, opts.leaderElection, watchdog, work)
 }
 
 // newElectionClient is the client of the Lease renewals: one of their

@@ -320,6 +320,12 @@ func (c *Coordinator) check(ctx context.Context, leaseName string, since time.Ti
 	if err != nil {
 		return err
 	}
+	// The watch may be behind (a relist hands its items over one by one,
+	// a broken watch is retried without one): a list, read after this
+	// write was seen, shows every Lease written before it.
+	if err := c.obs.confirm(ctx, c.client, c.lease); err != nil {
+		return err
+	}
 	if c.obs.view(c.lease.LeaseName, c.self, c.count).OtherCountHeld {
 		return errOtherCount
 	}

@@ -30,6 +30,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
 
 	"github.com/barcontroller/bar-controller/internal/leader"
 )
@@ -88,8 +89,9 @@ type observer struct {
 }
 
 type observation struct {
-	lease *coordinationv1.Lease
-	at    time.Time
+	lease   *coordinationv1.Lease
+	at      time.Time
+	deleted bool // kept after its deletion (forget)
 }
 
 func newObserver(duration time.Duration) *observer {
@@ -106,10 +108,7 @@ func (o *observer) handler() cache.ResourceEventHandler {
 				obj = d.Obj
 			}
 			if l, ok := obj.(*coordinationv1.Lease); ok {
-				o.mu.Lock()
-				delete(o.seen, l.Name)
-				o.mu.Unlock()
-				o.wake()
+				o.forget(l)
 			}
 		},
 	}
@@ -129,6 +128,24 @@ func (o *observer) observe(obj any) {
 	o.wake()
 }
 
+// forget records a Lease's deletion. A member Lease is gone at once (the
+// garbage collector deletes it with its Pod). A shard Lease that named a
+// holder stays as it was, live for another lease duration: its holder
+// does not know yet, works on, and its next renewal recreates the Lease
+// (client-go's elector creates a Lease it finds missing, and counts that
+// as renewed), so a deletion, by hand or otherwise, must not open the
+// fence for anyone else before that holder has given up.
+func (o *observer) forget(l *coordinationv1.Lease) {
+	o.mu.Lock()
+	if l.Labels[leaseKindLabel] == kindShard && str(l.Spec.HolderIdentity) != "" {
+		o.seen[l.Name] = observation{lease: l, at: o.now(), deleted: true}
+	} else {
+		delete(o.seen, l.Name)
+	}
+	o.mu.Unlock()
+	o.wake()
+}
+
 func (o *observer) wake() {
 	select {
 	case o.changed <- struct{}{}:
@@ -141,7 +158,7 @@ func (o *observer) wake() {
 func sameRecord(a, b *coordinationv1.Lease) bool {
 	return str(a.Spec.HolderIdentity) == str(b.Spec.HolderIdentity) &&
 		a.Spec.RenewTime.Equal(b.Spec.RenewTime) && a.Spec.AcquireTime.Equal(b.Spec.AcquireTime) &&
-		a.Spec.LeaseTransitions == b.Spec.LeaseTransitions
+		ptr.Equal(a.Spec.LeaseTransitions, b.Spec.LeaseTransitions)
 }
 
 func str(p *string) string {
@@ -157,9 +174,13 @@ func (o *observer) liveHolder(ob observation, now time.Time) string {
 	if holder == "" {
 		return ""
 	}
+	// The longer of this process's lease duration and the holder's: the
+	// Lease says it in whole seconds, truncated (a 1.5 s duration reads
+	// 1 s, the renew deadline itself), and the holder may have been
+	// started with another.
 	d := o.duration
 	if s := ob.lease.Spec.LeaseDurationSeconds; s != nil && *s > 0 {
-		d = time.Duration(*s) * time.Second
+		d = max(d, time.Duration(*s)*time.Second)
 	}
 	if now.After(ob.at.Add(d)) {
 		return ""
@@ -232,10 +253,29 @@ func (o *observer) expired(leaseName string) (*coordinationv1.Lease, bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	ob, ok := o.seen[leaseName]
-	if !ok || str(ob.lease.Spec.HolderIdentity) == "" || o.liveHolder(ob, o.now()) != "" {
+	if !ok || ob.deleted || str(ob.lease.Spec.HolderIdentity) == "" || o.liveHolder(ob, o.now()) != "" {
 		return nil, false
 	}
 	return ob.lease, true
+}
+
+// confirm lists the controller's Leases, a read as current as the API
+// server has, and observes each. A decision made from the watch alone
+// trusts that the watch is current; a watch that broke and is being
+// retried (client-go backs off up to 30 s without relisting), or a
+// relist whose items are still being handed over one by one, is not. A
+// Lease the watch still holds but the list lacks stays as observed: a
+// missed deletion only keeps the fence closed a little longer.
+func (o *observer) confirm(ctx context.Context, client kubernetes.Interface, lease leader.Options) error {
+	list, err := client.CoordinationV1().Leases(lease.Namespace).List(ctx, metav1.ListOptions{
+		LabelSelector: labels.Set{leaseOfLabel: lease.LeaseName}.String()})
+	if err != nil {
+		return err
+	}
+	for i := range list.Items {
+		o.observe(&list.Items[i])
+	}
+	return nil
 }
 
 // canListLeases asks once for the Leases that watchLeases watches: a

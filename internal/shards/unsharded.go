@@ -34,8 +34,9 @@ import (
 //
 // The Lease is labelled a shard Lease of count 1 (UnshardedLeaseLabels),
 // so that sharded replicas take nothing while it is live. And once this
-// process wins it, work waits, holding it, until the Lease watch shows
-// this process's own write and no live shard Lease of another count.
+// process wins it, work waits, holding it, until its watch of the Leases
+// shows this process's own write and no live shard Lease of another
+// count, and a list of them agrees.
 // Of an unsharded and a sharded replica that win at nearly the same time,
 // the later one's check then sees the earlier's Lease: the sharded one
 // gives its shard back, this one keeps waiting. It waits rather than
@@ -47,7 +48,10 @@ import (
 // replicas already hold shards, writes nothing until they are gone; and
 // the unsharded controller that replaces sharded replicas starts once the
 // last of them has released its shards.
-func RunUnsharded(ctx context.Context, client kubernetes.Interface, lease leader.Options,
+//
+// client holds the Lease; watch (another client, not one whose requests
+// go first as the renewals' do) watches and lists the Leases.
+func RunUnsharded(ctx context.Context, client, watch kubernetes.Interface, lease leader.Options,
 	watchdog *leaderelection.HealthzAdaptor, work leader.Work) error {
 	if lease.Identity == "" {
 		id, err := leader.NewIdentity()
@@ -57,30 +61,28 @@ func RunUnsharded(ctx context.Context, client kubernetes.Interface, lease leader
 		lease.Identity = id
 	}
 	lease.Labels = UnshardedLeaseLabels(lease.LeaseName)
-	obs := newObserver(lease.LeaseDuration)
-	// Not waited for here: the elector starts at once, as it always has
-	// (a standby's leader_election_master_status is there as soon as it
-	// is ready); only work waits for the watch.
-	stopWatching, synced, err := watchLeases(ctx, client, lease, obs)
-	if err != nil {
-		return err
-	}
-	defer stopWatching()
 	since := time.Now()
 	return leader.Run(ctx, client, lease, watchdog, func(leading, shutdown context.Context) error {
-		if err := canListLeases(leading, client, lease); err != nil {
+		if err := canListLeases(leading, watch, lease); err != nil {
 			// A grant from before the fence (artifacts/install/rbac.yaml
 			// gives list and watch now): a binary upgraded on its own.
 			// Run as before rather than crash-loop; only the sharded
 			// replicas' half of the fence holds.
 			klog.FromContext(ctx).Error(err, "Running without the fence against sharded replicas: do not run replicas with --shards beside this one until the grant is updated")
-			stopWatching()
 			return work(leading, shutdown)
+		}
+		// Watched only from here: standbys ask nothing of the API server
+		// for it, and once work starts the watch has done its job.
+		obs := newObserver(lease.LeaseDuration)
+		stopWatching, synced, err := watchLeases(leading, watch, lease, obs)
+		if err != nil {
+			return err
 		}
 		checking, stopChecking := context.WithCancel(leading)
 		defer context.AfterFunc(shutdown, stopChecking)()
-		err := waitForShardsGone(checking, obs, synced, lease, since)
+		err = waitForShardsGone(checking, watch, obs, synced, lease, since)
 		stopChecking()
+		stopWatching()
 		if err != nil || shutdown.Err() != nil {
 			// The Lease lost (leader.Run says so) or a signal while
 			// waiting: nothing ran.
@@ -90,28 +92,48 @@ func RunUnsharded(ctx context.Context, client kubernetes.Interface, lease leader
 	})
 }
 
-// waitForShardsGone waits until the observer has been handed the initial
-// list (synced) and has seen this process hold the Lease by a write made
-// since it began to contend, and then until no live shard Lease of
-// another count is left.
-func waitForShardsGone(ctx context.Context, obs *observer, synced cache.InformerSynced, lease leader.Options, since time.Time) error {
+// waitForShardsGone waits until the watch has seen this process hold the
+// Lease by a write made since it began to contend and no live shard Lease
+// of another count, and a list then confirms it. The watch is trusted to
+// say when to ask, never to decide alone (observer.confirm). Until the
+// watch has handed over its first list it says nothing; one that has not
+// after a lease duration is passed over, and the lists decide.
+func waitForShardsGone(ctx context.Context, client kubernetes.Interface, obs *observer, synced cache.InformerSynced,
+	lease leader.Options, since time.Time) error {
 	logger := klog.FromContext(ctx)
-	said := false
+	began := time.Now()
+	var waiting, unsynced bool
+	var listErr string
 	return waitFor(ctx, lease.RetryPeriod/4, func() bool {
-		if !synced() || !obs.holds(lease.LeaseName, lease.Identity, since) {
+		if !synced() {
+			if time.Since(began) < lease.LeaseDuration {
+				return false
+			}
+			if !unsynced {
+				unsynced = true
+				logger.Info("Holding the Lease, but the watch of this controller's Leases has not synced: deciding by listing them", "lease", klog.KRef(lease.Namespace, lease.LeaseName))
+			}
+		} else if !obs.holds(lease.LeaseName, lease.Identity, since) || obs.view(lease.LeaseName, lease.Identity, 1).OtherCountHeld {
+			if !waiting && obs.holds(lease.LeaseName, lease.Identity, since) {
+				waiting = true
+				logger.Info("Holding the Lease, but sharded replicas of this controller still hold shards: waiting for them to release them before starting work",
+					"lease", klog.KRef(lease.Namespace, lease.LeaseName))
+			}
 			return false
 		}
-		if !obs.view(lease.LeaseName, lease.Identity, 1).OtherCountHeld {
-			if said {
-				logger.Info("The sharded replicas have released their shards: starting work")
+		if err := obs.confirm(ctx, client, lease); err != nil {
+			if err.Error() != listErr {
+				listErr = err.Error()
+				logger.Error(err, "Holding the Lease, but could not list this controller's Leases to see whether shards are held: trying again", "lease", klog.KRef(lease.Namespace, lease.LeaseName))
 			}
-			return true
+			return false
 		}
-		if !said {
-			said = true
-			logger.Info("Holding the Lease, but sharded replicas of this controller still hold shards: waiting for them to release them before starting work",
-				"lease", klog.KRef(lease.Namespace, lease.LeaseName))
+		if !obs.holds(lease.LeaseName, lease.Identity, since) || obs.view(lease.LeaseName, lease.Identity, 1).OtherCountHeld {
+			return false
 		}
-		return false
+		if waiting {
+			logger.Info("The sharded replicas have released their shards: starting work")
+		}
+		return true
 	})
 }

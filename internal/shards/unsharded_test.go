@@ -45,7 +45,7 @@ func startUnsharded(t *testing.T, client *fake.Clientset, r *running, name strin
 	lease := testLease
 	lease.Identity = name + "_id"
 	go func() {
-		u.done <- RunUnsharded(ctx, client, lease, nil, func(leading, shutdown context.Context) error {
+		u.done <- RunUnsharded(ctx, client, client, lease, nil, func(leading, shutdown context.Context) error {
 			r.mu.Lock()
 			for k := range count {
 				if other, ok := r.by[k]; ok {

@@ -117,6 +117,9 @@ func TestShardReplicaKilled(t *testing.T) {
 		return a+c == shardCount, nil
 	})
 	if err != nil {
+		for _, name := range []string{"replica-a", "replica-c"} {
+			t.Logf("%s's log ends:\n%s", name, e.replicas[name].LogTail(80))
+		}
 		t.Fatal("the killed replica's shards were never taken over")
 	}
 	// The bound, the issue's: the lease duration and 5 s. Where the time
