@@ -100,7 +100,7 @@ N ?= 500,2000,5000
 BENCH_ARGS ?=
 
 .PHONY: bench
-bench: build ## Measure converge time against a floor, writes per Bar, idle writes, memory and CPU on a real API server; writes docs/benchmarks.md and its plot, and refits docs/sizing-model.md.
+bench: build ## Measure converge time against a floor, writes per Bar, idle writes, memory and CPU on a real API server, beside a controller-runtime peer (test/bench/peer), then at 2,000 Bars a restart, latency under churn and an API server restart; writes docs/benchmarks.md and its plot, and refits docs/sizing-model.md.
 	go build -o bin/bench ./test/bench
 	cd test/bench/peer && go build -o ../../../bin/bench-peer .
 	kube_bin_dir="$$(hack/install-k8s-binaries.sh etcd kube-apiserver kubectl | tail -n 1)" && bin/bench --bin-dir="$$kube_bin_dir" --controller=bin/bar-controller --peer=bin/bench-peer --n=$(N) $(BENCH_ARGS)
@@ -114,6 +114,13 @@ bench-sharded: build ## Measure one replica's memory and CPU at 50,000 Bars: uns
 	go build -o bin/bench ./test/bench
 	kube_bin_dir="$$(hack/install-k8s-binaries.sh etcd kube-apiserver kubectl | tail -n 1)" && bin/bench --bin-dir="$$kube_bin_dir" --controller=bin/bar-controller --n=50000 --shards=6 --replicas=1,3 --out=docs/benchmarks-large.md --log-dir=_output/bench-sharded
 
+# The GC headroom part of docs/benchmarks-large.md: a cold start's peak
+# memory against --gc-headroom-percent at 5,000 and 50,000 Bars.
+.PHONY: bench-gc
+bench-gc: build ## Measure a cold start's peak RSS and live heap at 5,000 and 50,000 Bars for --gc-headroom-percent 0 (Go's GOGC=100), 50 and 30; writes the GC headroom part of docs/benchmarks-large.md.
+	go build -o bin/bench ./test/bench
+	kube_bin_dir="$$(hack/install-k8s-binaries.sh etcd kube-apiserver kubectl | tail -n 1)" && bin/bench --bin-dir="$$kube_bin_dir" --controller=bin/bar-controller --n=5000,50000 --gc-headroom=0,50,30 --out=docs/benchmarks-large.md --log-dir=_output/bench-gc
+
 # The large sizes take most of an hour on 2 cores (150,000 objects per
 # floor), so they have a report of their own: one controller run per row,
 # 5,000 Bars measured again in the same run for the linearity target.
@@ -121,7 +128,7 @@ bench-sharded: build ## Measure one replica's memory and CPU at 50,000 Bars: uns
 # 50,000-Bar row (docs/measurements.md, 50,000 Bars): a machine with
 # 24 GB runs it; two controller runs per row (make bench N=50000) need more.
 .PHONY: bench-large
-bench-large: build ## Measure 5,000 and 50,000 Bars (one run each, about 35 minutes); writes docs/benchmarks-large.md and its plot, and refits docs/sizing-model.md.
+bench-large: build ## Measure 5,000 and 50,000 Bars (one run each, then at 50,000 a restart, latency under churn and an API server restart); writes docs/benchmarks-large.md and its plot, and refits docs/sizing-model.md.
 	go build -o bin/bench ./test/bench
 	kube_bin_dir="$$(hack/install-k8s-binaries.sh etcd kube-apiserver kubectl | tail -n 1)" && bin/bench --bin-dir="$$kube_bin_dir" --controller=bin/bar-controller --n=5000,50000 --runs=1 --unrelated=0 --apf=0 --churn-n=50000 --out=docs/benchmarks-large.md --log-dir=_output/bench-large
 	go run ./test/bench/model/cmd/sizing-model -w

@@ -37,7 +37,7 @@ import (
 // this one did.
 func (s scenario) controllerRun(ctx context.Context, c *localcluster.Cluster, w writers, kubeconfig string, r *result, i int) error {
 	ns, n := s.runName(i), r.N
-	last := i == s.rounds-1
+	last := i == s.rounds-1 && !s.coldOnly
 	if err := createNamespace(ctx, w.kube, ns); err != nil {
 		return err
 	}

@@ -19,8 +19,13 @@ limitations under the License.
 // how long N Bars take to converge against a floor measured in the same run,
 // how many writes each Bar costs by the API server's own counters, whether
 // an idle controller writes, and the controller's peak memory and CPU,
-// also with thousands of unrelated Deployments in the cluster. It prints a
-// table and writes docs/benchmarks.md and a plot (make bench).
+// also with thousands of unrelated Deployments in the cluster; beside it,
+// in the same rows, a controller-runtime peer doing the same job
+// (peer.go); and at one size the steady state: a restart over converged
+// Bars, the latency of spec changes and deleted Deployments under churn,
+// an API server restart (steady.go). It prints a table and writes
+// docs/benchmarks.md and a plot (make bench). Other modes measure shards
+// (sharded.go) and the GC headroom (gcheadroom.go).
 package main
 
 import (
@@ -59,6 +64,7 @@ func main() {
 		churnN     = flag.Int("churn-n", 2000, "the row (without unrelated Deployments) that ends with the steady step: a restart over its converged Bars, then --churn-for of spec changes at each --churn-rates and of Deployment deletes at the first rate, then an API server restart (steady.go); 0 skips it")
 		churnFor   = flag.Duration("churn-for", time.Minute, "how long each churn phase changes Bars")
 		churnRates = flag.String("churn-rates", "20,100", "comma-separated changes per second, one churn phase each")
+		gcValues   = flag.String("gc-headroom", "", "instead of the scenarios: per size one floor and then one cold start per comma-separated --gc-headroom-percent value (0: Go's GOGC=100), their peak RSS against their live heap (gcheadroom.go); writes only the report's GC headroom part")
 		peer       = flag.String("peer", "", "the controller-runtime peer's binary (test/bench/peer, make bench builds it), run beside the controller in every row of no unrelated Deployments, against the same floors (peer.go); empty: none")
 		ctlArgs    = flag.String("controller-args", "", "space-separated flags added to the controller's (say --adaptive-concurrency=false --workers=4, to compare with the fixed number); the report names them")
 	)
@@ -98,6 +104,14 @@ func main() {
 	}
 	s := scenario{peer: peerPath, churnN: *churnN, churnFor: *churnFor, churnRates: rates, binDir: *binDir, crdDir: *crdDir, controller: controllerPath, inflight: *inflight, idleResync: *idle, logDir: *logDir, rounds: *runs, cpuProfile: *cpuProf, apiServerProfile: *apiProf,
 		observeFloors: *observe, extraArgs: strings.Fields(*ctlArgs)}
+
+	if *gcValues != "" {
+		if err := runGC(ctx, s, sizes, *gcValues, *out); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: GC headroom:", err)
+			os.Exit(1)
+		}
+		return
+	}
 
 	if *shardsN > 1 {
 		if err := runSharded(ctx, s, sizes, *shardsN, *replicaSet, *out); err != nil {
@@ -196,10 +210,14 @@ func main() {
 	}
 	doc := report(results, failed, apf, table, filepath.Base(plot), *unrelatedN, *inflight, *runs, *idle) +
 		peerSection(results) + steadySection(results, *churnFor)
-	// The sharded part is the sharded bench's: keep it as it was.
+	// The sharded and GC headroom parts are their benches': keep them as
+	// they were.
 	if old, err := os.ReadFile(*out); err == nil {
 		if part, ok := shardedPart(string(old)); ok {
 			doc = spliceSharded(doc, part)
+		}
+		if part, ok := partOf(string(old), gcBegin, gcEnd); ok {
+			doc = splicePart(doc, gcBegin, gcEnd, part)
 		}
 	}
 	if err := os.WriteFile(*out, []byte(doc), 0o644); err != nil {
@@ -258,4 +276,44 @@ func parseCounts(list string) ([]int, error) {
 		out = append(out, n)
 	}
 	return out, nil
+}
+
+// runGC is --gc-headroom: per size, the cold starts, their table printed
+// and, with out set, written as out's GC headroom part.
+func runGC(ctx context.Context, s scenario, sizes []int, list, out string) error {
+	var values []int
+	for _, f := range strings.Split(list, ",") {
+		v, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || v < 0 || v > 100 {
+			return fmt.Errorf("--gc-headroom: bad value %q (0 to 100)", f)
+		}
+		values = append(values, v)
+	}
+	shipped, err := shippedHeadroom(s.controller)
+	if err != nil {
+		return err
+	}
+	var rs []gcResult
+	for _, n := range sizes {
+		fmt.Fprintf(os.Stderr, "bench: %d Bars, --gc-headroom-percent %v ...\n", n, values)
+		r, err := s.gcHeadroom(ctx, n, values)
+		if err != nil {
+			return err
+		}
+		rs = append(rs, r)
+	}
+	section := gcSection(rs, shipped)
+	fmt.Print(section)
+	if out == "" {
+		return nil
+	}
+	old, err := os.ReadFile(out)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(out, []byte(splicePart(string(old), gcBegin, gcEnd, section)), 0o644); err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "bench: wrote the GC headroom part of %s\n", out)
+	return nil
 }

@@ -19,7 +19,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
+	"time"
 
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -151,9 +153,24 @@ bar-controller's would.
 	for _, r := range with {
 		p := r.Peer
 		fmt.Fprintf(&b, "- %d Bars: converge %s; writes per Bar %s; idle writes %s; peak RSS %s; live heap %s; CPU %s; API server CPU %s\n", r.N,
-			mark(median(r.Controllers) < median(p.Controllers)), mark(writesPerBar(r) < writesPerBar(*p)),
+			compareRuns(r.Controllers, p.Controllers), mark(writesPerBar(r) < writesPerBar(*p)),
 			mark(r.RestartWrites+r.IdleWrites <= p.RestartWrites+p.IdleWrites), mark(r.PeakRSS < p.PeakRSS),
-			mark(r.Heap.Live < p.Heap.Live), mark(r.CPU < p.CPU), mark(median(r.ControllerServerCPU) < median(p.ControllerServerCPU)))
+			mark(r.Heap.Live < p.Heap.Live), mark(r.CPU < p.CPU), compareRuns(r.ControllerServerCPU, p.ControllerServerCPU))
 	}
 	return b.String()
+}
+
+// compareRuns says whether bar-controller's runs (ours) were ahead of the
+// peer's, by their medians; a difference smaller than the spread of
+// either's own runs is not one the row measured, and is said to be even.
+func compareRuns(ours, peer []time.Duration) string {
+	d := median(ours) - median(peer)
+	noise := max(slices.Max(ours)-slices.Min(ours), slices.Max(peer)-slices.Min(peer))
+	switch {
+	case d.Abs() < noise:
+		return fmt.Sprintf("even (%+.1f s, within the runs' own spread of %.1f s)", d.Seconds(), noise.Seconds())
+	case d < 0:
+		return "ahead"
+	}
+	return "**behind**"
 }

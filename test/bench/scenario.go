@@ -30,10 +30,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
 	"github.com/barcontroller/bar-controller/harness/localcluster"
-	clientset "github.com/barcontroller/bar-controller/pkg/generated/clientset/versioned"
 )
 
 // result is one scenario's measurements.
@@ -124,6 +122,9 @@ type scenario struct {
 	// marks the scenario that runs it (peerScenario).
 	peer   string
 	isPeer bool
+	// coldOnly: a controller run is a cold start only, with no idle
+	// check or steady step after it (gcheadroom.go).
+	coldOnly bool
 	// step names what the row is doing now, for its monitor (monitor.go).
 	step func(string)
 }
@@ -133,58 +134,18 @@ const eventsTimeout = 2 * time.Minute
 
 func (s scenario) run(ctx context.Context, n, unrelated int) (r result, err error) {
 	r.N, r.Unrelated = n, unrelated
-	dir, err := os.MkdirTemp("", "bar-bench-")
+	row, err := s.newRow(ctx, fmt.Sprintf("%d-%d", n, unrelated), nil)
 	if err != nil {
 		return r, err
 	}
-	defer os.RemoveAll(dir)
-	root, err := localcluster.ModuleRoot()
-	if err != nil {
-		return r, err
-	}
-	c, err := localcluster.Start(ctx, localcluster.Options{BinDir: s.binDir, Dir: dir, CRDs: []string{s.crdDir}})
-	if err != nil {
-		return r, err
-	}
-	defer c.Stop()
-	mon, err := startMonitor(c, filepath.Join(s.logDir, fmt.Sprintf("cluster-%d-%d.tsv", n, unrelated)))
-	if err != nil {
-		return r, err
-	}
-	s.step = mon.step
-	defer func() {
-		mon.close()
-		if err := keepLogs(c, filepath.Join(s.logDir, fmt.Sprintf("cluster-%d-%d", n, unrelated))); err != nil {
-			fmt.Fprintln(os.Stderr, "bench: keeping the control plane's logs:", err)
-		}
-	}()
-	// The controller runs as it does in a cluster: the shipped
-	// ServiceAccount and RBAC, in API Priority and Fairness's workload-low
-	// level, which its default --kube-api-qps=-1 relies on as its only
-	// limit. The admin (system:masters) would be exempt from APF.
-	kubeconfig := filepath.Join(dir, "controller.kubeconfig")
-	if _, err := c.InstallServiceAccount(ctx, root, kubeconfig, 3*time.Hour); err != nil {
-		return r, fmt.Errorf("the controller's ServiceAccount: %w", err)
-	}
-	// The bench's own client is never the bottleneck: no client-side limit.
-	cfg := rest.CopyConfig(c.Config)
-	cfg.QPS, cfg.Burst = -1, 0
-	w := writers{kube: kubernetes.NewForConfigOrDie(cfg), bars: clientset.NewForConfigOrDie(cfg)}
+	defer row.close()
+	c, w, kubeconfig := row.c, row.w, row.kubeconfig
 	if unrelated > 0 {
 		if err := createUnrelated(ctx, w.kube, unrelated, s.inflight); err != nil {
 			return r, fmt.Errorf("unrelated Deployments: %w", err)
 		}
 	}
-	// Warm-up: the API server's caches, connections and the CRD's
-	// handlers, before anything is timed.
-	if err := createNamespace(ctx, w.kube, "warmup"); err != nil {
-		return r, err
-	}
-	s.step("warm-up")
-	if _, err := runFloor(ctx, w, "warmup", 300, s.inflight); err != nil {
-		return r, fmt.Errorf("warm-up: %w", err)
-	}
-	if err := clean(ctx, w.kube, w.bars, "warmup"); err != nil {
+	if err := s.warmUp(ctx, row); err != nil {
 		return r, err
 	}
 

@@ -29,12 +29,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/apimachinery/pkg/util/wait"
 	apisharding "k8s.io/apiserver/pkg/sharding"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
 	"github.com/barcontroller/bar-controller/harness/localcluster"
 	"github.com/barcontroller/bar-controller/internal/shards"
-	clientset "github.com/barcontroller/bar-controller/pkg/generated/clientset/versioned"
 )
 
 // The sharded bench (--shards): what one replica costs when R replicas
@@ -94,49 +91,20 @@ func (s scenario) sharded(ctx context.Context, n, shards int, replicas []int) (r
 	if res.MatchCost, err = matchCost(); err != nil {
 		return res, err
 	}
-	dir, err := os.MkdirTemp("", "bar-bench-sharded-")
+	row, err := s.newRow(ctx, fmt.Sprintf("sharded-%d", n), []string{shardGate})
 	if err != nil {
 		return res, err
 	}
-	defer os.RemoveAll(dir)
+	defer row.close()
+	c, w, kubeconfig := row.c, row.w, row.kubeconfig
 	root, err := localcluster.ModuleRoot()
 	if err != nil {
 		return res, err
 	}
-	c, err := localcluster.Start(ctx, localcluster.Options{BinDir: s.binDir, Dir: dir, CRDs: []string{s.crdDir}, APIServerFlags: []string{shardGate}})
-	if err != nil {
+	if err := installShardedRole(ctx, c, root, row.dir); err != nil {
 		return res, err
 	}
-	defer c.Stop()
-	mon, err := startMonitor(c, filepath.Join(s.logDir, fmt.Sprintf("cluster-sharded-%d.tsv", n)))
-	if err != nil {
-		return res, err
-	}
-	s.step = mon.step
-	defer func() {
-		mon.close()
-		if err := keepLogs(c, filepath.Join(s.logDir, fmt.Sprintf("cluster-sharded-%d", n))); err != nil {
-			fmt.Fprintln(os.Stderr, "bench: keeping the control plane's logs:", err)
-		}
-	}()
-	kubeconfig := filepath.Join(dir, "controller.kubeconfig")
-	if _, err := c.InstallServiceAccount(ctx, root, kubeconfig, 3*time.Hour); err != nil {
-		return res, fmt.Errorf("the controller's ServiceAccount: %w", err)
-	}
-	if err := installShardedRole(ctx, c, root, dir); err != nil {
-		return res, err
-	}
-	cfg := rest.CopyConfig(c.Config)
-	cfg.QPS, cfg.Burst = -1, 0
-	w := writers{kube: kubernetes.NewForConfigOrDie(cfg), bars: clientset.NewForConfigOrDie(cfg)}
-	if err := createNamespace(ctx, w.kube, "warmup"); err != nil {
-		return res, err
-	}
-	s.step("warm-up")
-	if _, err := runFloor(ctx, w, "warmup", 300, s.inflight); err != nil {
-		return res, fmt.Errorf("warm-up: %w", err)
-	}
-	if err := clean(ctx, w.kube, w.bars, "warmup"); err != nil {
+	if err := s.warmUp(ctx, row); err != nil {
 		return res, err
 	}
 	var self time.Duration

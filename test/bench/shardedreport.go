@@ -35,25 +35,35 @@ const (
 // spliceSharded returns doc with its sharded part replaced by section
 // (which carries both markers), or with section appended if doc has none.
 func spliceSharded(doc, section string) string {
-	begin := strings.Index(doc, shardedBegin)
-	end := strings.Index(doc, shardedEnd)
-	if begin < 0 || end < begin {
-		return strings.TrimRight(doc, "\n") + "\n\n" + section
-	}
-	if rest := strings.TrimLeft(doc[end+len(shardedEnd):], "\n"); rest != "" {
-		return doc[:begin] + section + "\n" + rest
-	}
-	return doc[:begin] + section
+	return splicePart(doc, shardedBegin, shardedEnd, section)
 }
 
 // shardedPart is doc's sharded part with both markers, if it has one.
-func shardedPart(doc string) (string, bool) {
-	begin := strings.Index(doc, shardedBegin)
-	end := strings.Index(doc, shardedEnd)
-	if begin < 0 || end < begin {
+func shardedPart(doc string) (string, bool) { return partOf(doc, shardedBegin, shardedEnd) }
+
+// splicePart returns doc with the part between the markers begin and end
+// replaced by section (which carries both), or with section appended if
+// doc has no such part.
+func splicePart(doc, begin, end, section string) string {
+	b := strings.Index(doc, begin)
+	e := strings.Index(doc, end)
+	if b < 0 || e < b {
+		return strings.TrimRight(doc, "\n") + "\n\n" + section
+	}
+	if rest := strings.TrimLeft(doc[e+len(end):], "\n"); rest != "" {
+		return doc[:b] + section + "\n" + rest
+	}
+	return doc[:b] + section
+}
+
+// partOf is doc's part between the markers, both included, if it has one.
+func partOf(doc, begin, end string) (string, bool) {
+	b := strings.Index(doc, begin)
+	e := strings.Index(doc, end)
+	if b < 0 || e < b {
 		return "", false
 	}
-	return doc[begin:end+len(shardedEnd)] + "\n", true
+	return doc[b:e+len(end)] + "\n", true
 }
 
 // shardedTable is one line per configuration. The per-replica columns
