@@ -18,15 +18,18 @@ package guide
 
 import (
 	"cmp"
+	"context"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 )
@@ -122,12 +125,24 @@ func TestListFromResourceVersionZeroIsNotPaginated(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	l, err := kube.CoreV1().ConfigMaps(ns).List(t.Context(), metav1.ListOptions{ResourceVersion: "0", Limit: 1})
-	if err != nil {
+	// "0" asks for any resourceVersion, so the watch cache answers with
+	// what it has, and it may not have caught up with the creates yet
+	// (CI saw 2 of 3 once). A paginated answer would say so at once with
+	// a continue token; a whole one grows to all three.
+	var l *corev1.ConfigMapList
+	err := wait.PollUntilContextTimeout(t.Context(), 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		var err error
+		l, err = kube.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{ResourceVersion: "0", Limit: 1})
+		if err != nil {
+			return false, err
+		}
+		return len(l.Items) >= 3 || l.Continue != "", nil
+	})
+	if l == nil {
 		t.Fatal(err)
 	}
-	if len(l.Items) < 3 || l.Continue != "" {
-		t.Errorf("RV 0, limit 1: %d items, continue %q; want all (at least 3), no continue", len(l.Items), l.Continue)
+	if err != nil || len(l.Items) < 3 || l.Continue != "" {
+		t.Errorf("RV 0, limit 1: %d items, continue %q (%v); want all (at least 3), no continue", len(l.Items), l.Continue, err)
 	}
 	l, err = kube.CoreV1().ConfigMaps(ns).List(t.Context(), metav1.ListOptions{Limit: 1})
 	if err != nil {
