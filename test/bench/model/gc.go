@@ -19,13 +19,13 @@ package model
 // The controller sets GOGC itself after every collection (internal/memory's
 // gcTuner): the heap may grow by GCHeadroomPercent of the live heap, but
 // by at least GCMinHeadroom, so a small controller runs at Go's own
-// GOGC=100 and a large one at 50. Peak RSS and the collector's CPU follow
+// GOGC=100 and a large one at 20. Peak RSS and the collector's CPU follow
 // GOGC, so a line in N fitted where GOGC is 100 cannot extrapolate to
 // where it is 50; the model computes what the controller computes instead.
 // The root package's gcmodel_test.go checks these against internal/memory.
 const (
 	// GCHeadroomPercent is --gc-headroom-percent's default (options.go).
-	GCHeadroomPercent = 50
+	GCHeadroomPercent = 20
 	// GCMinHeadroom is internal/memory's MinHeadroom, in bytes.
 	GCMinHeadroom = 32 << 20
 )
@@ -38,10 +38,10 @@ const (
 const GCCollectorShare = 0.26
 
 // GCPercent is the GOGC the controller runs at with the shipped defaults
-// when a collection finds liveMiB live: internal/memory's GCPercent(live, 50,
+// when a collection finds liveMiB live: internal/memory's GCPercent(live, 20,
 // gcMinHeadroom), on the same whole bytes and with the same integer
 // division. It is 100 up to 32 MiB live, 32 MiB over the live heap
-// rounded up to a multiple of 10 % between 32 and about 63 MiB, and
+// rounded up to a multiple of 10 % between 32 and about 160 MiB, and
 // GCHeadroomPercent above.
 func GCPercent(liveMiB float64) float64 {
 	live := uint64(max(liveMiB, 0) * (1 << 20))
