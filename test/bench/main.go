@@ -208,7 +208,12 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench: plot:", err)
 		os.Exit(1)
 	}
-	doc := report(results, failed, apf, table, filepath.Base(plot), *unrelatedN, *inflight, *runs, *idle) +
+	build, err := buildLine(s.controller, s.extraArgs)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+	doc := report(results, failed, apf, table, filepath.Base(plot), build, *unrelatedN, *inflight, *runs, *idle) +
 		peerSection(results) + steadySection(results, *churnFor)
 	// The sharded and GC headroom parts are their benches': keep them as
 	// they were.
@@ -258,7 +263,11 @@ func runSharded(ctx context.Context, s scenario, sizes []int, shards int, replic
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(out, []byte(spliceSharded(string(old), shardedSection(res, table, s.inflight))), 0o644); err != nil {
+	build, err := buildLine(s.controller, s.extraArgs)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(out, []byte(spliceSharded(string(old), shardedSection(res, table, build, s.inflight))), 0o644); err != nil {
 		return err
 	}
 	fmt.Fprintf(os.Stderr, "bench: wrote the sharded part of %s\n", out)

@@ -171,12 +171,11 @@ func targets(rs []result, at int) []string {
 	return out
 }
 
-func report(rs []result, failed []string, apf *apfResult, table, plotFile string, at, inflight, runs int, idleResync time.Duration) string {
-	commit, _ := exec.Command("git", "describe", "--always", "--dirty").Output()
+func report(rs []result, failed []string, apf *apfResult, table, plotFile, build string, at, inflight, runs int, idleResync time.Duration) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, `# Benchmarks
 
-Written by `+"`make bench`"+` (test/bench) on %s, commit %s, %s, %d CPUs:
+Written by `+"`make bench`"+` (test/bench) on %s, %s, %s, %d CPUs:
 etcd and kube-apiserver from bin/k8s-<version>/ on this machine, no
 kube-controller-manager, a fresh control plane per row. bar-controller runs
 as in a cluster: under the shipped ServiceAccount and RBAC
@@ -243,7 +242,7 @@ steadier than the floor it divides by.
 
 ## Targets
 
-`, time.Now().UTC().Format("2006-01-02 15:04 MST"), strings.TrimSpace(string(commit)), runtime.Version(), runtime.NumCPU(),
+`, time.Now().UTC().Format("2006-01-02 15:04 MST"), build, runtime.Version(), runtime.NumCPU(),
 		fmt.Sprintf("%d requests in flight", inflight), runs+1, runs, idleResync, table, plotFile)
 	for _, t := range targets(rs, at) {
 		fmt.Fprintf(&b, "- %s\n", t)
@@ -306,4 +305,27 @@ func writePlot(path string, rs []result) error {
 	p.Legend.Top = true
 	p.Legend.Left = true
 	return p.Save(16*vg.Centimeter, 10*vg.Centimeter, path)
+}
+
+// buildLine names what a report measured: the commit, and the
+// --gc-headroom-percent the controller ran with, which shapes its peak
+// RSS and CPU past 32 MiB live (test/bench/model reads it back; a report
+// without it was measured at 50, the default until 8036d92).
+func buildLine(controller string, extra []string) (string, error) {
+	commit, _ := exec.Command("git", "describe", "--always", "--dirty").Output()
+	h := -1
+	for _, a := range extra {
+		if v, ok := strings.CutPrefix(strings.TrimLeft(a, "-"), "gc-headroom-percent="); ok {
+			if _, err := fmt.Sscanf(v, "%d", &h); err != nil {
+				return "", fmt.Errorf("--controller-args: %q: %w", a, err)
+			}
+		}
+	}
+	if h < 0 {
+		var err error
+		if h, err = shippedHeadroom(controller); err != nil {
+			return "", err
+		}
+	}
+	return fmt.Sprintf("commit %s, controller --gc-headroom-percent=%d", strings.TrimSpace(string(commit)), h), nil
 }

@@ -18,7 +18,6 @@ package main
 
 import (
 	"fmt"
-	"os/exec"
 	"runtime"
 	"strings"
 	"time"
@@ -97,13 +96,12 @@ func shardedTable(res shardedResult) string {
 }
 
 // shardedSection is the report's sharded part, markers included.
-func shardedSection(res shardedResult, table string, inflight int) string {
-	commit, _ := exec.Command("git", "describe", "--always", "--dirty").Output()
+func shardedSection(res shardedResult, table, build string, inflight int) string {
 	var b strings.Builder
 	b.WriteString(shardedBegin + "\n\n")
 	fmt.Fprintf(&b, `## Sharded: one replica's cost with %d shards
 
-Written by `+"`make bench-sharded`"+` (test/bench, `+"`--shards`"+`) on %s, commit %s, %s, %d CPUs,
+Written by `+"`make bench-sharded`"+` (test/bench, `+"`--shards`"+`) on %s, %s, %s, %d CPUs,
 on a control plane of its own with kube-apiserver's ShardedListAndWatch
 feature gate on, so that each replica receives only its shards' Bars
 (docs/sharding.md). One floor (%d Bars, %d requests in flight, as above):
@@ -137,7 +135,7 @@ One shard selector's match of one Bar, the test the watch cache makes
 for each sharded watcher and each event (the selector as the API
 server's parser builds it, by testing.Benchmark in this run): %d ns.
 
-`, res.Shards, time.Now().UTC().Format("2006-01-02 15:04 MST"), strings.TrimSpace(string(commit)), runtime.Version(), runtime.NumCPU(),
+`, res.Shards, time.Now().UTC().Format("2006-01-02 15:04 MST"), build, runtime.Version(), runtime.NumCPU(),
 		res.N, inflight, secs(res.Floor), res.N, res.Shards, res.MatchCost.Nanoseconds())
 	b.WriteString(table)
 	b.WriteString("\n" + shardedEnd + "\n")

@@ -16,13 +16,18 @@ limitations under the License.
 
 package model
 
-import "testing"
+import (
+	"math"
+	"os"
+	"path/filepath"
+	"testing"
+)
 
 // The policy's values at the reports' live heaps; the root package's
 // gcmodel_test.go checks every live heap against internal/memory itself.
 func TestGCPercent(t *testing.T) {
 	for _, tc := range []struct{ live, want float64 }{
-		{0, 50},     // internal/memory's too: no live heap read, no floor
+		{0, 20},     // internal/memory's too: no live heap read, no floor
 		{6.0, 100},  // 500 Bars
 		{32, 100},   // the floor of 32 MiB is the live heap itself
 		{35.1, 100}, // 91 %, rounded up
@@ -30,8 +35,10 @@ func TestGCPercent(t *testing.T) {
 		{40, 80},    // exactly 80 %
 		{62.7, 60},  // 51 %, rounded up
 		{62.8, 50},  // 50.9 %, whose integer part is 50
-		{340.7, 50}, // 50,000 Bars
-		{4096, 50},
+		{150, 30},   // 21.3 %, rounded up
+		{160, 20},   // 32 MiB is a fifth of it
+		{340.7, 20}, // 50,000 Bars
+		{4096, 20},
 	} {
 		if got := GCPercent(tc.live); got != tc.want {
 			t.Errorf("GCPercent(%v MiB) = %v, want %v", tc.live, got, tc.want)
@@ -42,7 +49,7 @@ func TestGCPercent(t *testing.T) {
 func TestHeapGoal(t *testing.T) {
 	for _, tc := range []struct{ live, want float64 }{
 		{16, 32},   // GOGC=100: twice the live heap
-		{340, 510}, // GOGC=50: one and a half
+		{340, 408}, // GOGC=20: 1.2 times
 	} {
 		if got := HeapGoal(tc.live); !near(got, tc.want) {
 			t.Errorf("HeapGoal(%v) = %v, want %v", tc.live, got, tc.want)
@@ -69,10 +76,10 @@ func TestGCCPUFactor(t *testing.T) {
 	if got := GCCPUFactor(10); !near(got, 1) {
 		t.Errorf("at GOGC=100 the factor is %v, want 1", got)
 	}
-	// Twice the collections, each the same work: the collector's 26 %
-	// doubles.
-	if got, want := GCCPUFactor(340), 1+GCCollectorShare; !near(got, want) {
-		t.Errorf("at GOGC=50 the factor is %v, want %v", got, want)
+	// Five times the collections, each the same work: the collector's
+	// share five times over.
+	if got, want := GCCPUFactor(340), 1+4*GCCollectorShare; !near(got, want) {
+		t.Errorf("at GOGC=20 the factor is %v, want %v", got, want)
 	}
 }
 
@@ -92,5 +99,45 @@ func TestSolveCurves(t *testing.T) {
 				t.Errorf("%s reaches %v at %v Bars, solve says %v", key, y, n, got)
 			}
 		}
+	}
+}
+
+// TestCollectorShareIsTheGCBenchs checks GCCollectorShare against the
+// committed make bench-gc: at its largest size, each headroom's CPU over
+// Go's GOGC=100 run is 1 + f·(100/GOGC − 1), f fitted by least squares
+// through the origin. The model rests on f wherever the tuner's GOGC is
+// below 100, so a regenerated GC part that moves it fails here.
+func TestCollectorShareIsTheGCBenchs(t *testing.T) {
+	text, err := os.ReadFile(filepath.Join(repoRoot, "docs/benchmarks-large.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs, err := ParseGCPart(string(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, n, err := FitCollectorShare(runs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("at %d Bars the collector's share at GOGC=100 is %.3f (GCCollectorShare %.2f)", n, f, GCCollectorShare)
+	if math.Abs(f-GCCollectorShare) > 0.03 {
+		t.Errorf("make bench-gc at %d Bars gives the collector a share of %.3f at GOGC=100; GCCollectorShare is %.2f", n, f, GCCollectorShare)
+	}
+}
+
+func TestFitCollectorShare(t *testing.T) {
+	// CPU 100 at GOGC=100, the collector 15 % of it: GOGC=50 doubles
+	// that share, GOGC=20 makes it five times.
+	// At 100 MiB live the tuner holds 32 MiB of headroom whatever is
+	// asked below 40 %: GOGC=40, 2.5 times the collections.
+	runs := []GCRun{{N: 5000, Headroom: 0, CPU: 1}, {N: 50000, Headroom: 0, CPU: 100}, {N: 50000, Headroom: 50, LiveMiB: 300, CPU: 115},
+		{N: 50000, Headroom: 20, LiveMiB: 300, CPU: 160}, {N: 50000, Headroom: 10, LiveMiB: 100, CPU: 122.5}}
+	f, n, err := FitCollectorShare(runs)
+	if err != nil || n != 50000 || !near(f, 0.15) {
+		t.Errorf("FitCollectorShare = %v at %d (%v), want 0.15 at 50000", f, n, err)
+	}
+	if _, _, err := FitCollectorShare(runs[2:]); err == nil {
+		t.Error("no run at Go's GOGC=100 to compare with: want an error")
 	}
 }

@@ -108,8 +108,8 @@ func Markdown(m Model, check Row) string {
 	for _, name := range order {
 		parts = append(parts, fmt.Sprintf("%s (commit %s) at %s Bars", name, commit[name], strings.Join(from[name], ", ")))
 	}
-	fmt.Fprintf(&b, "Fitted from %d rows: %s. Checked against %s (commit %s) at %s Bars, which the fit does not see.\n\n",
-		len(m.Rows), strings.Join(parts, "; "), check.Report, check.Commit, thousands(float64(check.N)))
+	fmt.Fprintf(&b, "Fitted from %d rows: %s. Checked against %s (commit %s) at %s Bars, which the fit does not see, for its controller's --gc-headroom-percent=%d; the predictions beyond it are for the shipped %d.\n\n",
+		len(m.Rows), strings.Join(parts, "; "), check.Report, check.Commit, thousands(float64(check.N)), check.Headroom, GCHeadroomPercent)
 
 	b.WriteString("### The fitted lines\n\n| figure | kind | fixed | per 1,000 Bars |\n| --- | --- | ---: | ---: |\n")
 	for _, f := range Figures {
@@ -133,6 +133,8 @@ func Markdown(m Model, check Row) string {
 		switch {
 		case r.Figure.Derived:
 			ok = "derived"
+		case r.Figure.Reference:
+			ok = "reference"
 		case math.Abs(r.Error()) > Tolerance:
 			ok = "**no**"
 		}

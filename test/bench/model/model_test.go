@@ -77,7 +77,7 @@ func row(n int) Row {
 	x := float64(n)
 	live := 5 + 0.007*x
 	return Row{Report: "r.md", N: n, Floor: 1 + 0.005*x, Run: 2 + 0.008*x, CPU: 0.002 * x * GCCPUFactor(live), PeakRSS: 30 + 1.1*HeapGoal(live),
-		LiveHeap: live, ServerRun: 0.014 * x, Server: 0.010 * x, Writes: 3, WatchLists: 3}
+		LiveHeap: live, ServerRun: 0.014 * x, Server: 0.010 * x, Writes: 3, WatchLists: 3, Headroom: GCHeadroomPercent}
 }
 
 func TestFitRecoversLines(t *testing.T) {
@@ -102,7 +102,7 @@ func TestCheckFlagsOnlyTheFigureThatMisses(t *testing.T) {
 	measured.PeakRSS *= 1.2 // the model underestimates it by a sixth
 	measured.Run *= 1.2     // and the run: only the ratio, derived, shows it too
 	for _, r := range Check(m, measured) {
-		if r.Figure.Derived {
+		if !r.Figure.Held() {
 			continue
 		}
 		missed := math.Abs(r.Error()) > Tolerance
@@ -205,5 +205,38 @@ func TestSplice(t *testing.T) {
 	}
 	if _, err := Splice("no markers", "x"); err == nil || !strings.Contains(err.Error(), "no generated part") {
 		t.Errorf("Splice without markers: %v", err)
+	}
+}
+
+// TestOnlyTheFloorIsReference guards the check's reach: a controller
+// figure marked reference would drop out of the check unnoticed.
+func TestOnlyTheFloorIsReference(t *testing.T) {
+	for _, f := range Figures {
+		if want := f.Key == "floor" || f.Key == "serverfloor"; f.Reference != want {
+			t.Errorf("%s: reference %v, want %v", f.Name, f.Reference, want)
+		}
+	}
+}
+
+// A row measured at another headroom is fitted and checked at its own:
+// the same controller at 50 has a higher peak and spends less CPU at
+// 50,000 Bars, and the check must not call that a miss.
+func TestCheckIsAtTheRowsHeadroom(t *testing.T) {
+	m, err := Fit([]Row{row(500), row(2000), row(5000)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	at50 := row(50000)
+	live := at50.LiveHeap
+	at50.Headroom = 50
+	at50.CPU = 0.002 * 50000 * GCCPUFactorAt(live, 50)
+	at50.PeakRSS = 30 + 1.1*HeapGoalAt(live, 50)
+	for _, r := range Check(m, at50) {
+		if r.Figure.Held() && !near(r.Predicted, r.Measured) {
+			t.Errorf("%s: predicted %v at --gc-headroom-percent=50, measured %v", r.Figure.Name, r.Predicted, r.Measured)
+		}
+	}
+	if HeapGoalAt(live, 50) <= HeapGoal(live) || GCCPUFactorAt(live, 50) >= GCCPUFactor(live) {
+		t.Fatalf("at %v MiB live, 50 and the shipped %d give the same goal and factor: the test proves nothing", live, GCHeadroomPercent)
 	}
 }

@@ -17,6 +17,7 @@ limitations under the License.
 package model
 
 import (
+	"errors"
 	"fmt"
 	"regexp"
 	"slices"
@@ -52,7 +53,25 @@ var (
 	medianRe = regexp.MustCompile(`\(median (-?[0-9]+(?:\.[0-9]+)?)\)`)
 	listedRe = regexp.MustCompile(`\(([0-9]+(?:\.[0-9]+)?)\)\s*$`)
 	commitRe = regexp.MustCompile(`, commit (\S+),`)
+	// headroomRe is test/bench's buildLine.
+	headroomRe = regexp.MustCompile(`, controller --gc-headroom-percent=([0-9]+),`)
 )
+
+// headroomOf is the --gc-headroom-percent named on the first line of text
+// that begins with written, UnnamedHeadroom if that line names none.
+func headroomOf(text, written string) int {
+	for l := range strings.SplitSeq(text, "\n") {
+		if !strings.HasPrefix(l, written) {
+			continue
+		}
+		if m := headroomRe.FindStringSubmatch(l); m != nil {
+			v, _ := strconv.Atoi(m[1])
+			return v
+		}
+		break
+	}
+	return UnnamedHeadroom
+}
 
 // ParseReport reads the rows of the first table in a report written by
 // make bench whose header begins "| Bars |".
@@ -93,6 +112,7 @@ func ParseReport(name, text string) ([]Row, error) {
 			return nil, fmt.Errorf("%s: table row %d: %w", name, i+1, err)
 		}
 		r.Report = name
+		r.Headroom = headroomOf(text, "Written by `make bench`")
 		if m := commitRe.FindStringSubmatch(text); m != nil {
 			r.Commit = m[1]
 		} else {
@@ -201,4 +221,51 @@ func median(vs []float64) float64 {
 		return s[len(s)/2]
 	}
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// gcPartBegin opens the part of docs/benchmarks-large.md that make bench-gc
+// writes (test/bench's gcheadroom.go).
+const gcPartBegin = "<!-- GC headroom part"
+
+// ParseGCPart reads the cold starts of make bench-gc's table, its columns
+// found by their headers.
+func ParseGCPart(text string) ([]GCRun, error) {
+	i := strings.Index(text, gcPartBegin)
+	if i < 0 {
+		return nil, fmt.Errorf("no GC headroom part (%q)", gcPartBegin)
+	}
+	lines := strings.Split(text[i:], "\n")
+	start := slices.IndexFunc(lines, func(l string) bool { return strings.HasPrefix(l, "| Bars |") })
+	if start < 0 {
+		return nil, errors.New("the GC headroom part has no table with a Bars column")
+	}
+	header := cells(lines[start])
+	col := map[string]int{}
+	for _, want := range []string{colBars, "--gc-headroom-percent", colHeap, colCPU} {
+		if col[want] = slices.Index(header, want); col[want] < 0 {
+			return nil, fmt.Errorf("the GC headroom table has no column %q", want)
+		}
+	}
+	var runs []GCRun
+	for _, l := range lines[start+2:] {
+		if !strings.HasPrefix(l, "|") {
+			break
+		}
+		c := cells(l)
+		if len(c) != len(header) {
+			return nil, fmt.Errorf("GC headroom row %q: %d cells, the header %d", l, len(c), len(header))
+		}
+		var v [4]float64
+		for k, name := range []string{colBars, "--gc-headroom-percent", colHeap, colCPU} {
+			var err error
+			if v[k], err = leading(c[col[name]]); err != nil {
+				return nil, fmt.Errorf("GC headroom row %q, %s: %w", l, name, err)
+			}
+		}
+		runs = append(runs, GCRun{N: int(v[0]), Headroom: int(v[1]), LiveMiB: v[2], CPU: v[3]})
+	}
+	if len(runs) == 0 {
+		return nil, errors.New("the GC headroom table has no rows")
+	}
+	return runs, nil
 }

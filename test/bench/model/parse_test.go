@@ -38,8 +38,8 @@ func TestParseReport(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []Row{
-		{Report: "b.md", Commit: "887edd6-dirty", N: 500, Floor: 2.6, Run: 4.35, CPU: 1.3, PeakRSS: 45.2, LiveHeap: 9.1, ServerRun: 6.9, Server: 4.6, Writes: 3, WatchLists: 3, ReportedRatio: 1.69},
-		{Report: "b.md", Commit: "887edd6-dirty", N: 50000, Floor: 260.2, Run: 431.7, CPU: 108.9, PeakRSS: 766.8, LiveHeap: 345.8, ServerRun: 621.4, Server: 461.2, Writes: 3, WatchLists: 3, ReportedRatio: 1.66},
+		{Report: "b.md", Commit: "887edd6-dirty", N: 500, Floor: 2.6, Run: 4.35, CPU: 1.3, PeakRSS: 45.2, LiveHeap: 9.1, ServerRun: 6.9, Server: 4.6, Writes: 3, WatchLists: 3, ReportedRatio: 1.69, Headroom: UnnamedHeadroom},
+		{Report: "b.md", Commit: "887edd6-dirty", N: 50000, Floor: 260.2, Run: 431.7, CPU: 108.9, PeakRSS: 766.8, LiveHeap: 345.8, ServerRun: 621.4, Server: 461.2, Writes: 3, WatchLists: 3, ReportedRatio: 1.66, Headroom: UnnamedHeadroom},
 	}
 	if len(rows) != len(want) {
 		t.Fatalf("got %d rows, want %d: %+v", len(rows), len(want), rows)
@@ -93,5 +93,44 @@ func TestParseReportErrors(t *testing.T) {
 				t.Errorf("ParseReport: %v, want an error saying %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// The header names the controller's --gc-headroom-percent since the bench
+// wrote it (test/bench's buildLine); another part's header does not count.
+func TestParseReportReadsTheHeadroom(t *testing.T) {
+	named := strings.Replace(preface, "commit 887edd6-dirty,", "commit 887edd6-dirty, controller --gc-headroom-percent=20,", 1)
+	sharded := "\nWritten by `make bench-sharded` (test/bench, `--shards`) on x, commit y, controller --gc-headroom-percent=30, go, 2 CPUs,\n"
+	for _, tc := range []struct {
+		text string
+		want int
+	}{
+		{named + header + twoRuns, 20},
+		{preface + header + twoRuns + sharded, UnnamedHeadroom},
+	} {
+		rows, err := ParseReport("b.md", tc.text)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rows[0].Headroom != tc.want {
+			t.Errorf("headroom %d, want %d", rows[0].Headroom, tc.want)
+		}
+	}
+}
+
+func TestParseGCPart(t *testing.T) {
+	text := "# x\n\n" + gcPartBegin + " -->\n\n| Bars | --gc-headroom-percent | converge (÷ floor) | peak RSS | live heap | peak ÷ live | peak RSS per 1,000 Bars | CPU |\n| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: |\n" +
+		"| 50000 | 0 (Go's GOGC=100) | 280.0 s (1.39×) | 664.2 MB | 309.4 MB | 2.15 | 13.3 MB | 61.2 s |\n" +
+		"| 50000 | 20 | 287.6 s (1.43×) | 456.1 MB | 309.4 MB | 1.47 | 9.1 MB | 88.2 s |\n\n- after\n"
+	runs, err := ParseGCPart(text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []GCRun{{N: 50000, Headroom: 0, LiveMiB: 309.4, CPU: 61.2}, {N: 50000, Headroom: 20, LiveMiB: 309.4, CPU: 88.2}}
+	if len(runs) != len(want) || runs[0] != want[0] || runs[1] != want[1] {
+		t.Errorf("ParseGCPart = %+v, want %+v", runs, want)
+	}
+	if _, err := ParseGCPart(header + twoRuns); err == nil {
+		t.Error("a report without the GC part: want an error")
 	}
 }

@@ -37,6 +37,7 @@ type ShardedRow struct {
 	Replicas int
 	Shards   int // 1: the unsharded controller, the run's yardstick
 	N        int
+	Headroom int // the replicas' --gc-headroom-percent (the part's header)
 	Replica  []Replica
 }
 
@@ -70,6 +71,7 @@ func ParseSharded(name, text string) (rows []ShardedRow, matchNs float64, err er
 	if m := matchCostRe.FindStringSubmatch(text); m != nil {
 		matchNs, _ = strconv.ParseFloat(m[1], 64)
 	}
+	headroom := headroomOf(text, "Written by `make bench-sharded`")
 	header := cells(lines[start])
 	col := map[string]int{}
 	for _, want := range []string{colReplicas, colShards, colBars, colCached, colRSS, colHeap, colCPU, colRead} {
@@ -84,7 +86,7 @@ func ParseSharded(name, text string) (rows []ShardedRow, matchNs float64, err er
 			break
 		}
 		c := cells(l)
-		r := ShardedRow{Report: name, Shards: 1}
+		r := ShardedRow{Report: name, Shards: 1, Headroom: headroom}
 		var err error
 		one := func(s string) float64 {
 			v, e := leading(s)
@@ -163,7 +165,7 @@ func MeasuredOverheads(m Model, rows []ShardedRow) (Overheads, bool) {
 	r := rows[i]
 	against := func(x Replica) (heap, rss, cpu float64) {
 		live := m.Predict("heap", x.Bars)
-		return x.Live / live, x.PeakRSS / m.Lines["rss"].At(HeapGoal(live)), x.CPU / m.Predict("cpu", x.Bars)
+		return x.Live / live, x.PeakRSS / m.Lines["rss"].At(HeapGoalAt(live, r.Headroom)), x.CPU / m.PredictAt("cpu", x.Bars, r.Headroom)
 	}
 	heap, rss, cpu := against(r.Largest())
 	if u := slices.IndexFunc(rows, func(r ShardedRow) bool { return r.Shards == 1 }); u >= 0 {
@@ -203,8 +205,8 @@ func ShardsMarkdown(m Model, rows []ShardedRow, matchNs float64) string {
 		return ""
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "\n### Shards: one replica against the model\n\nFrom %s's sharded part, at %s Bars: each configuration's largest replica (by Bars cached) against the unsharded lines at its own share.\n\n",
-		o.From.Report, thousands(float64(o.From.N)))
+	fmt.Fprintf(&b, "\n### Shards: one replica against the model\n\nFrom %s's sharded part, at %s Bars: each configuration's largest replica (by Bars cached) against the unsharded lines at its own share, and at the --gc-headroom-percent it ran with, %d.\n\n",
+		o.From.Report, thousands(float64(o.From.N)), o.From.Headroom)
 	b.WriteString("| replicas | shards | Bars cached, largest replica | live heap: measured, model | peak RSS: measured, model | CPU: measured, model | read |\n| ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	for _, r := range rows {
 		big := r.Largest()
@@ -214,8 +216,8 @@ func ShardsMarkdown(m Model, rows []ShardedRow, matchNs float64) string {
 			shards = "unsharded"
 		}
 		fmt.Fprintf(&b, "| %d | %s | %s | %s, %s | %s, %s | %s, %s | %s |\n", r.Replicas, shards, thousands(big.Bars),
-			mib(big.Live), mib(live), mib(big.PeakRSS), mib(m.Lines["rss"].At(HeapGoal(live))),
-			value(big.CPU, "s"), value(m.Predict("cpu", big.Bars), "s"), mib(big.Read))
+			mib(big.Live), mib(live), mib(big.PeakRSS), mib(m.Lines["rss"].At(HeapGoalAt(live, r.Headroom))),
+			value(big.CPU, "s"), value(m.PredictAt("cpu", big.Bars, r.Headroom), "s"), mib(big.Read))
 	}
 	fmt.Fprintf(&b, "\nWhat the %d-replica row's largest replica costs beyond its share, each figure's measured ÷ model over the unsharded row's: live heap ×%.2f, peak RSS ×%.2f, CPU ×%.2f; %.1f KiB read per Bar cached; the largest share ×%.3f of an even one. One shard selector's match of a Bar: %.0f ns.\n",
 		o.From.Replicas, o.Heap, o.RSS, o.CPU, o.ReadPerBar*1024, o.Skew, matchNs)

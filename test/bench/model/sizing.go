@@ -113,7 +113,7 @@ func BarsForTime(m Model, key string, secs float64) float64 {
 // start, by a CPU line's cost per Bar: the controller's ("cpu") or the API
 // server's and etcd's ("server"). The controller's is at the GOGC of a
 // large controller, GCHeadroomPercent, which it runs at from about
-// 9,000 Bars on.
+// 25,000 Bars on.
 func PerCoreRate(m Model, key string) float64 {
 	b := m.Lines[key].B
 	if kindOf(key) == GCScaled {
