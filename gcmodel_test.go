@@ -43,11 +43,12 @@ func TestGCModelMatchesTuner(t *testing.T) {
 	}
 
 	const mib = 1 << 20
-	// Every step of the policy lies between 32 and 64 MiB; the quotient's
-	// integer division changes at minHeadroom*100/k, so test either side
-	// of each, and a geometric sweep everywhere else.
+	// Every step of the policy lies between 32 MiB and 32 MiB*100/headroom
+	// (160 MiB at 20); the quotient's integer division changes at
+	// minHeadroom*100/k, so test either side of each, and a geometric
+	// sweep everywhere else.
 	lives := []uint64{}
-	for k := uint64(40); k <= 110; k++ {
+	for k := uint64(max(o.gcHeadroom-10, 1)); k <= 110; k++ {
 		b := uint64(memory.MinHeadroom) * 100 / k
 		lives = append(lives, b-1, b, b+1)
 	}
@@ -64,7 +65,7 @@ func TestGCModelMatchesTuner(t *testing.T) {
 		}
 	}
 	// A sweep that missed the steps would prove little.
-	for _, p := range []int{100, 90, 80, 70, 60, 50} {
+	for p := 100; p >= o.gcHeadroom; p -= 10 {
 		if !steps[p] {
 			t.Errorf("no live heap tested at GOGC=%d", p)
 		}
