@@ -104,7 +104,7 @@ func (o *options) addFlags(fs *flag.FlagSet) {
 	// Peak memory against CPU. 20 won make bench-gc at 50,000 Bars: a
 	// cold start's peak 456 MB against 544 at 50, for 27 % more CPU
 	// (docs/benchmarks-large.md, the GC headroom part; internal/memory).
-	fs.IntVar(&o.gcHeadroom, "gc-headroom-percent", 20, "How far the heap may grow past what the last garbage collection found live before the next, in percent of it (0-100, in steps of 10), but by at least 32 MiB or the live heap, whichever is less: above 32 MiB×100/percent live (160 MiB at 20) a cold start's heap peaks at about 1+percent/100 times the live heap, below it at the live heap plus 32 MiB. Lower costs more CPU; 100 is Go's own rule; 0 or $GOGC: Go's own GOGC setting.")
+	fs.IntVar(&o.gcHeadroom, "gc-headroom-percent", 20, "How far the heap may grow past what the last garbage collection found live before the next, in percent of it (0-100, in steps of 10), but by at least 32 MiB or the live heap, whichever is less: above 32 MiB×100/percent live (160 MiB at 20) a cold start's heap peaks at about 1+percent/100 times the live heap, between 32 MiB and that at the live heap plus 32 MiB or a little more, below 32 MiB at twice the live heap. Lower costs more CPU; 100 is Go's own rule; 0 or $GOGC: Go's own GOGC setting.")
 	le := &o.leaderElection
 	fs.BoolVar(&le.Enabled, "leader-elect", false, "Run as one of several replicas: only the holder of a Lease syncs, the others stand by with warm caches.")
 	fs.StringVar(&le.LeaseName, "leader-elect-lease-name", "bar-controller", "Name of the Lease used for leader election.")

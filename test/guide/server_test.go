@@ -127,22 +127,23 @@ func TestListFromResourceVersionZeroIsNotPaginated(t *testing.T) {
 	}
 	// "0" asks for any resourceVersion, so the watch cache answers with
 	// what it has, and it may not have caught up with the creates yet
-	// (CI saw 2 of 3 once). A paginated answer would say so at once with
-	// a continue token; a whole one grows to all three.
-	var l *corev1.ConfigMapList
+	// (CI saw 2 of 3 once). Wait, without a limit, until it holds all
+	// three: a LIST without a limit is never passed on to etcd (a cache
+	// not yet ready answers 429, retried here), while one with a limit is
+	// while the cache initialises, and etcd would page it.
 	err := wait.PollUntilContextTimeout(t.Context(), 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		var err error
-		l, err = kube.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{ResourceVersion: "0", Limit: 1})
-		if err != nil {
-			return false, err
-		}
-		return len(l.Items) >= 3 || l.Continue != "", nil
+		all, err := kube.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+		return err == nil && len(all.Items) >= 3, nil
 	})
-	if l == nil {
+	if err != nil {
+		t.Fatalf("the watch cache never held the three ConfigMaps: %v", err)
+	}
+	l, err := kube.CoreV1().ConfigMaps(ns).List(t.Context(), metav1.ListOptions{ResourceVersion: "0", Limit: 1})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err != nil || len(l.Items) < 3 || l.Continue != "" {
-		t.Errorf("RV 0, limit 1: %d items, continue %q (%v); want all (at least 3), no continue", len(l.Items), l.Continue, err)
+	if len(l.Items) < 3 || l.Continue != "" {
+		t.Errorf("RV 0, limit 1: %d items, continue %q; want all (at least 3), no continue", len(l.Items), l.Continue)
 	}
 	l, err = kube.CoreV1().ConfigMaps(ns).List(t.Context(), metav1.ListOptions{Limit: 1})
 	if err != nil {
