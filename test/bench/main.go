@@ -104,6 +104,13 @@ func main() {
 	}
 	s := scenario{peer: peerPath, churnN: *churnN, churnFor: *churnFor, churnRates: rates, binDir: *binDir, crdDir: *crdDir, controller: controllerPath, inflight: *inflight, idleResync: *idle, logDir: *logDir, rounds: *runs, cpuProfile: *cpuProf, apiServerProfile: *apiProf,
 		observeFloors: *observe, extraArgs: strings.Fields(*ctlArgs)}
+	// What the reports name as measured, taken before the runs: the
+	// working tree may change while they last.
+	build, err := buildLine(s.controller, s.extraArgs)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
 
 	if *gcValues != "" {
 		if err := runGC(ctx, s, sizes, *gcValues, *out); err != nil {
@@ -114,7 +121,7 @@ func main() {
 	}
 
 	if *shardsN > 1 {
-		if err := runSharded(ctx, s, sizes, *shardsN, *replicaSet, *out); err != nil {
+		if err := runSharded(ctx, s, sizes, *shardsN, *replicaSet, *out, build); err != nil {
 			fmt.Fprintln(os.Stderr, "bench: sharded:", err)
 			os.Exit(1)
 		}
@@ -208,11 +215,6 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench: plot:", err)
 		os.Exit(1)
 	}
-	build, err := buildLine(s.controller, s.extraArgs)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench:", err)
-		os.Exit(1)
-	}
 	doc := report(results, failed, apf, table, filepath.Base(plot), build, *unrelatedN, *inflight, *runs, *idle) +
 		peerSection(results) + steadySection(results, *churnFor)
 	// The sharded and GC headroom parts are their benches': keep them as
@@ -237,7 +239,7 @@ func main() {
 
 // runSharded is --shards: per size, the sharded bench, its table printed
 // and, with out set, written as out's sharded part.
-func runSharded(ctx context.Context, s scenario, sizes []int, shards int, replicaSet, out string) error {
+func runSharded(ctx context.Context, s scenario, sizes []int, shards int, replicaSet, out, build string) error {
 	var replicas []int
 	for _, f := range strings.Split(replicaSet, ",") {
 		r, err := strconv.Atoi(strings.TrimSpace(f))
@@ -260,10 +262,6 @@ func runSharded(ctx context.Context, s scenario, sizes []int, shards int, replic
 		return nil
 	}
 	old, err := os.ReadFile(out)
-	if err != nil {
-		return err
-	}
-	build, err := buildLine(s.controller, s.extraArgs)
 	if err != nil {
 		return err
 	}

@@ -22,6 +22,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -168,6 +169,11 @@ func (s scenario) run(ctx context.Context, n, unrelated int) (r result, err erro
 		fmt.Fprintf(os.Stderr, "bench:   controller run %d: converged in %v, API server + etcd CPU %v, the bench's own %v, peak RSS so far %.1f MB, live heap %.1f MB\n",
 			i, r.Controllers[i].Round(100*time.Millisecond), r.ControllerServerCPU[i].Round(100*time.Millisecond), r.ControllerBenchCPU[i].Round(100*time.Millisecond), mb(r.PeakRSS), mb(r.Heap.Live))
 	}
+	// The peer is measured against the row's floors, all of them: the
+	// last comes after its last run.
+	if r.Peer != nil {
+		r.Peer.Floors, r.Peer.FloorServerCPU = slices.Clone(r.Floors), slices.Clone(r.FloorServerCPU)
+	}
 	return r, nil
 }
 
@@ -188,10 +194,9 @@ func (s scenario) runs(ctx context.Context, c *localcluster.Cluster, w writers, 
 		if err := grantPeer(ctx, w.kube); err != nil {
 			return fmt.Errorf("the peer's grant: %w", err)
 		}
-		r.Peer = &result{N: r.N, Floors: r.Floors}
+		r.Peer = &result{N: r.N}
 	}
 	peer := func() error {
-		r.Peer.Floors = r.Floors
 		if err := s.peerScenario().controllerRun(ctx, c, w, kubeconfig, r.Peer, i); err != nil {
 			return fmt.Errorf("peer run %d: %w", i, err)
 		}

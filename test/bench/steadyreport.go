@@ -67,7 +67,7 @@ func steadyPart(b *strings.Builder, r result, who string, churnFor time.Duration
 ## Steady state at %d Bars: %s
 
 After the row's last controller run and idle check, with its %d Bars
-converged (steady.go):
+converged (test/bench/steady.go):
 
 - **restart**: a controller with the shipped defaults started over them,
   as a rollout or a crash starts one; ready is /readyz (caches synced),

@@ -36,16 +36,15 @@ const (
 	GCMinHeadroom = 32 << 20
 )
 
-// GCCollectorShare is the collector's share of the controller's CPU at
-// GOGC=100, fitted to make bench-gc's cold starts at 50,000 Bars (the GC
-// headroom part of docs/benchmarks-large.md: 61.2 s of CPU at GOGC=100,
-// 69.4 at 50, 81.3 at 30, 88.2 at 20 give 0.12; FitCollectorShare, and
-// TestCollectorShareIsTheGCBenchs holds this to the committed part). The
-// 22–30 % GODEBUG=gctrace=1 put on a 5,000-Bar run (docs/measurements.md,
-// "The controller's own cost, first steps") counts the collector's
-// dedicated workers at 25 % of GOMAXPROCS while it runs, whatever they
-// find to do; what a lower GOGC adds is less.
-const GCCollectorShare = 0.12
+// GCCollectorShare is the collector's share of the controller's CPU over
+// a cold start at GOGC=100: 0.24, fitted to make bench-gc's cold starts
+// at 50,000 Bars (the GC headroom part of docs/benchmarks-large.md: 61.2 s
+// of CPU at GOGC=100, 69.4 at 50, 81.3 at 30, 88.2 at 20;
+// FitCollectorShare, and TestCollectorShareIsTheGCBenchs holds this to
+// the committed part), inside the 22–30 % GODEBUG=gctrace=1 put on a
+// 5,000-Bar run (docs/measurements.md, "The controller's own cost, first
+// steps").
+const GCCollectorShare = 0.24
 
 // GCPercent is the GOGC the controller runs at with the shipped defaults
 // when a collection finds liveMiB live: internal/memory's GCPercent(live, 20,
@@ -94,15 +93,29 @@ func HeapGoalAt(liveMiB float64, headroom int) float64 {
 	return max(goal, below*(1+gcPercentAt(below, headroom)/100))
 }
 
-// GCCPUFactor is how much more CPU the controller spends at the GOGC it
-// runs at with liveMiB live than at GOGC=100: a collection marks the live
-// heap whatever GOGC is, and collections come 100/GOGC times as often, so
-// the collector's share of the CPU scales by that and the rest does not.
+// GCCPUFactor is how much more CPU a cold start costs the controller at
+// the GOGC it runs at with liveMiB live than at GOGC=100: the collector's
+// share of it scales by coldStartMarking and the rest does not.
 func GCCPUFactor(liveMiB float64) float64 { return GCCPUFactorAt(liveMiB, GCHeadroomPercent) }
 
 // GCCPUFactorAt is GCCPUFactor for another --gc-headroom-percent.
 func GCCPUFactorAt(liveMiB float64, headroom int) float64 {
-	return (1 - GCCollectorShare) + GCCollectorShare*100/gcPercentAt(liveMiB, headroom)
+	return gcFactor(gcPercentAt(liveMiB, headroom))
+}
+
+func gcFactor(gogc float64) float64 {
+	return (1 - GCCollectorShare) + GCCollectorShare*coldStartMarking(gogc)
+}
+
+// coldStartMarking is what a cold start's collections mark at this GOGC,
+// relative to GOGC=100. A collection marks the live heap; while a cold
+// start's live heap grows, each collection comes when the heap has grown
+// by g = GOGC/100 of the last one's live heap, so the live heaps marked
+// form a geometric series up to the final one, L: L·(1+g)/g in all.
+// At GOGC=100 that is 2L, at 20 it is 6L: three times as much.
+func coldStartMarking(gogc float64) float64 {
+	g := gogc / 100
+	return (1 + g) / (2 * g)
 }
 
 // GCRun is one cold start of make bench-gc's table.
@@ -115,8 +128,8 @@ type GCRun struct {
 
 // FitCollectorShare fits GCCollectorShare's f to the runs of the largest
 // size: each run's CPU over the one at Go's GOGC=100 is
-// 1 + f·(100/GOGC − 1), GOGC what the tuner sets at the run's live heap;
-// least squares through the origin.
+// 1 + f·(coldStartMarking(GOGC) − 1), GOGC what the tuner sets at the
+// run's live heap; least squares through the origin.
 func FitCollectorShare(runs []GCRun) (f float64, n int, err error) {
 	for _, r := range runs {
 		n = max(n, r.N)
@@ -135,7 +148,7 @@ func FitCollectorShare(runs []GCRun) (f float64, n int, err error) {
 		if r.N != n || r.Headroom == 0 {
 			continue
 		}
-		x := 100/gcPercentAt(r.LiveMiB, r.Headroom) - 1
+		x := coldStartMarking(gcPercentAt(r.LiveMiB, r.Headroom)) - 1
 		sxy += x * (r.CPU/base - 1)
 		sxx += x * x
 	}

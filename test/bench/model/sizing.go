@@ -117,7 +117,7 @@ func BarsForTime(m Model, key string, secs float64) float64 {
 func PerCoreRate(m Model, key string) float64 {
 	b := m.Lines[key].B
 	if kindOf(key) == GCScaled {
-		b *= (1 - GCCollectorShare) + GCCollectorShare*100/GCHeadroomPercent
+		b *= gcFactor(GCHeadroomPercent)
 	}
 	if b <= 0 {
 		return math.Inf(1)
