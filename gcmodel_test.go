@@ -64,6 +64,16 @@ func TestGCModelMatchesTuner(t *testing.T) {
 			t.Errorf("%d bytes live: the model says GOGC=%v, the controller sets %d", live, got, want)
 		}
 	}
+	// The fits read each report at its own headroom: the model's
+	// GOGC must be the controller's at those too.
+	for _, h := range []int{30, 50, 100} {
+		for _, live := range lives {
+			if got, want := model.GCPercentAt(float64(live)/mib, h), memory.GCPercent(live, h, memory.MinHeadroom); got != float64(want) {
+				t.Errorf("--gc-headroom-percent=%d, %d bytes live: the model says GOGC=%v, the controller sets %d", h, live, got, want)
+				break
+			}
+		}
+	}
 	// A sweep that missed the steps would prove little.
 	for p := 100; p >= o.gcHeadroom; p -= 10 {
 		if !steps[p] {

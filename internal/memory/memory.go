@@ -63,8 +63,11 @@ import (
 // set, to anything but the empty string, still wins.
 //
 // A lower percent costs CPU: the collector's work per collection is the
-// live heap, and collections come 100/percent times as often as with
-// GOGC=100.
+// live heap, and collections come more often. With a steady heap they
+// come 100/percent times as often as with GOGC=100; through a cold start,
+// whose live heap grows, what they mark in all grows as (1+g)/g with
+// g = percent/100, three times GOGC=100's at 20 (test/bench/model's gc.go,
+// fitted to make bench-gc).
 
 // MinHeadroom is the least the heap may grow between collections.
 const MinHeadroom = 32 << 20

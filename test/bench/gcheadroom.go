@@ -122,8 +122,7 @@ func headroomName(v int) string {
 }
 
 // gcSection is the report's GC headroom part, with both markers.
-func gcSection(rs []gcResult, shipped int) string {
-	commit, _ := exec.Command("git", "describe", "--always", "--dirty").Output()
+func gcSection(rs []gcResult, shipped int, commit string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, `%s
 
@@ -138,7 +137,7 @@ collection found live once the queue was empty (as in the main table).
 
 | Bars | --gc-headroom-percent | converge (÷ floor) | peak RSS | live heap | peak ÷ live | peak RSS per 1,000 Bars | CPU |
 | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: |
-`, gcBegin, time.Now().UTC().Format("2006-01-02 15:04 MST"), strings.TrimSpace(string(commit)), runtime.Version(), runtime.NumCPU(), shipped)
+`, gcBegin, time.Now().UTC().Format("2006-01-02 15:04 MST"), commit, runtime.Version(), runtime.NumCPU(), shipped)
 	for _, r := range rs {
 		for _, run := range r.Runs {
 			fmt.Fprintf(&b, "| %d | %s | %s (%.2f×) | %.1f MB | %.1f MB | %.2f | %.1f MB | %.1f s |\n", r.N, headroomName(run.Headroom),

@@ -113,7 +113,7 @@ func main() {
 	}
 
 	if *gcValues != "" {
-		if err := runGC(ctx, s, sizes, *gcValues, *out); err != nil {
+		if err := runGC(ctx, s, sizes, *gcValues, *out, describe()); err != nil {
 			fmt.Fprintln(os.Stderr, "bench: GC headroom:", err)
 			os.Exit(1)
 		}
@@ -287,7 +287,7 @@ func parseCounts(list string) ([]int, error) {
 
 // runGC is --gc-headroom: per size, the cold starts, their table printed
 // and, with out set, written as out's GC headroom part.
-func runGC(ctx context.Context, s scenario, sizes []int, list, out string) error {
+func runGC(ctx context.Context, s scenario, sizes []int, list, out, commit string) error {
 	var values []int
 	for _, f := range strings.Split(list, ",") {
 		v, err := strconv.Atoi(strings.TrimSpace(f))
@@ -309,7 +309,7 @@ func runGC(ctx context.Context, s scenario, sizes []int, list, out string) error
 		}
 		rs = append(rs, r)
 	}
-	section := gcSection(rs, shipped)
+	section := gcSection(rs, shipped, commit)
 	fmt.Print(section)
 	if out == "" {
 		return nil

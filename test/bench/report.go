@@ -312,13 +312,17 @@ func writePlot(path string, rs []result) error {
 // RSS and CPU past 32 MiB live (test/bench/model reads it back; a report
 // without it was measured at 50, the default until 8036d92).
 func buildLine(controller string, extra []string) (string, error) {
-	commit, _ := exec.Command("git", "describe", "--always", "--dirty").Output()
 	h := -1
-	for _, a := range extra {
-		if v, ok := strings.CutPrefix(strings.TrimLeft(a, "-"), "gc-headroom-percent="); ok {
-			if _, err := fmt.Sscanf(v, "%d", &h); err != nil {
-				return "", fmt.Errorf("--controller-args: %q: %w", a, err)
-			}
+	for i, a := range extra {
+		name, v, ok := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if name != "gc-headroom-percent" {
+			continue
+		}
+		if !ok && i+1 < len(extra) {
+			v = extra[i+1] // the flag package's "--flag value" form
+		}
+		if _, err := fmt.Sscanf(v, "%d", &h); err != nil {
+			return "", fmt.Errorf("--controller-args: %q: %w", a, err)
 		}
 	}
 	if h < 0 {
@@ -327,5 +331,11 @@ func buildLine(controller string, extra []string) (string, error) {
 			return "", err
 		}
 	}
-	return fmt.Sprintf("commit %s, controller --gc-headroom-percent=%d", strings.TrimSpace(string(commit)), h), nil
+	return fmt.Sprintf("commit %s, controller --gc-headroom-percent=%d", describe(), h), nil
+}
+
+// describe is the commit measured, "-dirty" if the tree differs from it.
+func describe() string {
+	commit, _ := exec.Command("git", "describe", "--always", "--dirty").Output()
+	return strings.TrimSpace(string(commit))
 }

@@ -53,12 +53,12 @@ const GCCollectorShare = 0.24
 // rounded up to a multiple of 10 % between 32 and about 160 MiB, and
 // GCHeadroomPercent above.
 func GCPercent(liveMiB float64) float64 {
-	return gcPercentAt(liveMiB, GCHeadroomPercent)
+	return GCPercentAt(liveMiB, GCHeadroomPercent)
 }
 
-// gcPercentAt is GCPercent for another --gc-headroom-percent; 0 leaves
+// GCPercentAt is GCPercent for another --gc-headroom-percent; 0 leaves
 // Go's GOGC=100, as internal/memory's SetUp does.
-func gcPercentAt(liveMiB float64, headroom int) float64 {
+func GCPercentAt(liveMiB float64, headroom int) float64 {
 	if headroom <= 0 {
 		return 100
 	}
@@ -82,7 +82,7 @@ func HeapGoal(liveMiB float64) float64 { return HeapGoalAt(liveMiB, GCHeadroomPe
 // HeapGoalAt is HeapGoal for a controller run with another
 // --gc-headroom-percent (0: Go's GOGC=100).
 func HeapGoalAt(liveMiB float64, headroom int) float64 {
-	p := gcPercentAt(liveMiB, headroom)
+	p := GCPercentAt(liveMiB, headroom)
 	goal := liveMiB * (1 + p/100)
 	if p >= 100 || liveMiB <= 0 {
 		return goal
@@ -90,7 +90,7 @@ func HeapGoalAt(liveMiB float64, headroom int) float64 {
 	// The largest live heap at which gcPercent's quotient is still above
 	// p, so that it rounds up to the step above p: the end of that step.
 	below := float64(uint64(GCMinHeadroom*100)/uint64(p+1)) / (1 << 20)
-	return max(goal, below*(1+gcPercentAt(below, headroom)/100))
+	return max(goal, below*(1+GCPercentAt(below, headroom)/100))
 }
 
 // GCCPUFactor is how much more CPU a cold start costs the controller at
@@ -100,7 +100,7 @@ func GCCPUFactor(liveMiB float64) float64 { return GCCPUFactorAt(liveMiB, GCHead
 
 // GCCPUFactorAt is GCCPUFactor for another --gc-headroom-percent.
 func GCCPUFactorAt(liveMiB float64, headroom int) float64 {
-	return gcFactor(gcPercentAt(liveMiB, headroom))
+	return gcFactor(GCPercentAt(liveMiB, headroom))
 }
 
 func gcFactor(gogc float64) float64 {
@@ -148,7 +148,7 @@ func FitCollectorShare(runs []GCRun) (f float64, n int, err error) {
 		if r.N != n || r.Headroom == 0 {
 			continue
 		}
-		x := coldStartMarking(gcPercentAt(r.LiveMiB, r.Headroom)) - 1
+		x := coldStartMarking(GCPercentAt(r.LiveMiB, r.Headroom)) - 1
 		sxy += x * (r.CPU/base - 1)
 		sxx += x * x
 	}

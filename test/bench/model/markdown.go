@@ -154,6 +154,7 @@ func Markdown(m Model, check Row) string {
 		b.WriteString("\n")
 	}
 
+	b.WriteString("\nThe floor's rows are not held by the check (reference), nor is the ratio, which is made of the floor: read them as this machine's floor extended, no more.\n")
 	fmt.Fprintf(&b, "\n### What one replica needs\n\n| Bars | cold start, bench machine | controller CPU: a cold start on 1 core at best | peak RSS, no limit | live heap | memory limit | GOMEMLIMIT | API server + etcd CPU | API server + etcd cores for a cold start in %.0f min |\n| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n", ServerBudget/60)
 	for _, n := range append([]int{check.N}, Sizes...) {
 		s := Size(m, n)
