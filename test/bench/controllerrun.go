@@ -77,6 +77,16 @@ func (s scenario) controllerRun(ctx context.Context, c *localcluster.Cluster, w 
 		}
 	})
 	defer waitProfile()
+	var peak <-chan peakMemory
+	stopSampling := func() {}
+	// The GC headroom part's runs, and the run a restart is compared with.
+	sample := s.samplePeak || (last && s.steadyAt(r))
+	if sample {
+		var sctx context.Context
+		sctx, stopSampling = context.WithCancel(ctx)
+		defer stopSampling()
+		peak = samplePeak(sctx, metricsAddr, c.Config.BearerToken, peakSampleInterval)
+	}
 	_, self0, _ := usage(os.Getpid())
 	start := time.Now()
 	if err := createBars(ctx, w.bars, ns, n, s.inflight); err != nil {
@@ -132,6 +142,10 @@ func (s scenario) controllerRun(ctx context.Context, c *localcluster.Cluster, w 
 		return err
 	}
 	r.PeakRSS = max(r.PeakRSS, rss)
+	if sample {
+		stopSampling()
+		r.Peak = <-peak
+	}
 	r.CPU += cpu / time.Duration(s.rounds)
 	// After the peak is read: the profile's collection cannot lower it.
 	// And once the controller is idle: convergence is when the last Bar

@@ -52,6 +52,7 @@ type gcRun struct {
 	Converge      time.Duration
 	PeakRSS, Live int64
 	CPU           time.Duration
+	Peak          peakMemory
 }
 
 type gcResult struct {
@@ -68,7 +69,7 @@ func (s scenario) gcHeadroom(ctx context.Context, n int, values []int) (res gcRe
 		return res, err
 	}
 	defer row.close()
-	if err := s.warmUp(ctx, row); err != nil {
+	if err := s.warmUp(ctx, row, true); err != nil {
 		return res, err
 	}
 	var retries int
@@ -79,15 +80,15 @@ func (s scenario) gcHeadroom(ctx context.Context, n int, values []int) (res gcRe
 	fmt.Fprintf(os.Stderr, "bench:   floor: %v\n", res.Floor.Round(100*time.Millisecond))
 	for i, v := range values {
 		vs := s
-		vs.coldOnly, vs.rounds = true, 1
+		vs.coldOnly, vs.samplePeak, vs.rounds = true, true, 1
 		vs.extraArgs = append(slices.Clone(s.extraArgs), fmt.Sprintf("--gc-headroom-percent=%d", v))
 		r := result{N: n}
 		if err := vs.controllerRun(ctx, row.c, row.w, row.kubeconfig, &r, i); err != nil {
 			return res, fmt.Errorf("--gc-headroom-percent=%d: %w", v, err)
 		}
-		run := gcRun{Headroom: v, Converge: r.Controllers[0], PeakRSS: r.PeakRSS, Live: r.Heap.Live, CPU: r.CPU}
-		fmt.Fprintf(os.Stderr, "bench:   --gc-headroom-percent=%d: converged in %v, peak RSS %.1f MB, live heap %.1f MB, CPU %v\n",
-			v, run.Converge.Round(100*time.Millisecond), mb(run.PeakRSS), mb(run.Live), run.CPU.Round(100*time.Millisecond))
+		run := gcRun{Headroom: v, Converge: r.Controllers[0], PeakRSS: r.PeakRSS, Live: r.Heap.Live, CPU: r.CPU, Peak: r.Peak}
+		fmt.Fprintf(os.Stderr, "bench:   --gc-headroom-percent=%d: converged in %v, peak RSS %.1f MB, live heap %.1f MB, CPU %v; at the peak: %+v\n",
+			v, run.Converge.Round(100*time.Millisecond), mb(run.PeakRSS), mb(run.Live), run.CPU.Round(100*time.Millisecond), run.Peak)
 		res.Runs = append(res.Runs, run)
 	}
 	return res, nil
@@ -145,6 +146,7 @@ collection found live once the queue was empty (as in the main table).
 				float64(run.PeakRSS)/float64(run.Live), mb(run.PeakRSS)/float64(r.N)*1000, run.CPU.Seconds())
 		}
 	}
+	b.WriteString(peakTable(rs))
 	b.WriteString("\n")
 	mark := func(ok bool) string {
 		if ok {
@@ -158,7 +160,11 @@ collection found live once the queue was empty (as in the main table).
 				continue
 			}
 			ratio := float64(run.PeakRSS) / float64(run.Live)
-			fmt.Fprintf(&b, "- %d Bars, the shipped %d: peak RSS at most %.1f× the live heap: %.2f× — %s\n", r.N, shipped, gcPeakOverLive, ratio, mark(ratio <= gcPeakOverLive))
+			fmt.Fprintf(&b, "- %d Bars, the shipped %d: peak RSS at most %.1f× the live heap: %.2f× — %s", r.N, shipped, gcPeakOverLive, ratio, mark(ratio <= gcPeakOverLive))
+			if live := run.Peak.LiveAtPeak(); live > 0 {
+				fmt.Fprintf(&b, " (at the peak %.2f× the converged live heap was live, and the heap goal was %.2f×)", live/float64(run.Live), run.Peak.HeapGoal/float64(run.Live))
+			}
+			b.WriteString("\n")
 			if r.N == gcPerBarAt {
 				per := mb(run.PeakRSS) / float64(r.N) * 1000
 				fmt.Fprintf(&b, "- %d Bars, the shipped %d: peak RSS at most %.0f MB per 1,000 Bars: %.1f MB — %s\n", r.N, shipped, gcMBPer1000, per, mark(per <= gcMBPer1000))
@@ -166,5 +172,36 @@ collection found live once the queue was empty (as in the main table).
 		}
 	}
 	b.WriteString("\n" + gcEnd + "\n")
+	return b.String()
+}
+
+// peakTable is what each cold start's peak was made of (peakmemory.go).
+// Its point is the column "live then": if the peak held more live data
+// than the converged controller does, no headroom brings the peak down
+// to a multiple of the converged live heap.
+func peakTable(rs []gcResult) string {
+	var b strings.Builder
+	b.WriteString(`
+What the peak was made of: the controller's own metrics (client_golang's
+Go collector, from runtime/metrics), scraped every 250 ms over each cold
+start, at the scrape of the highest RSS. **Live then** is the heap goal
+over 1 + GOGC/100: what the collection before the peak found live. **Free,
+kept** is heap the collector freed and the scavenger has not yet returned
+to the OS; **runtime** is stacks, span structures and the collector's
+metadata; **other** is the rest of RSS (the binary, C and kernel side).
+
+| Bars | --gc-headroom-percent | RSS at the scrape | heap in use | heap goal (GOGC) | live then | converged live | free, kept | runtime | other |
+| ---: | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |
+`)
+	for _, r := range rs {
+		for _, run := range r.Runs {
+			p := run.Peak
+			if p.RSS == 0 {
+				continue
+			}
+			fmt.Fprintf(&b, "| %d | %s | %.1f MB | %.1f MB | %.1f MB (%.0f) | %.1f MB | %.1f MB | %.1f MB | %.1f MB | %.1f MB |\n", r.N, headroomName(run.Headroom),
+				mbf(p.RSS), mbf(p.HeapInuse), mbf(p.HeapGoal), p.GOGC, mbf(p.LiveAtPeak()), mb(run.Live), mbf(p.Retained), mbf(p.Runtime), mbf(p.Outside()))
+		}
+	}
 	return b.String()
 }

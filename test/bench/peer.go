@@ -44,9 +44,15 @@ func (s scenario) peerScenario() scenario {
 }
 
 // runName names a run's namespace and process: bench-<i> for
-// bar-controller, peer-<i> for the peer.
+// bar-controller, peer-<i> for the peer; warmup-bench and warmup-peer for
+// the warm-up's (row.go).
 func (s scenario) runName(i int) string {
-	if s.isPeer {
+	switch {
+	case s.warm && s.isPeer:
+		return "warmup-peer"
+	case s.warm:
+		return "warmup-bench"
+	case s.isPeer:
 		return fmt.Sprintf("peer-%d", i)
 	}
 	return fmt.Sprintf("bench-%d", i)
@@ -93,6 +99,13 @@ func grantPeer(ctx context.Context, kube kubernetes.Interface) error {
 	return nil
 }
 
+// peerRatio is the peer's converge ratio. The peer has no floors of its
+// own: it divides by its row's, all of them, the same ones bar-controller
+// divides by (a copy of them once missed the last floor).
+func peerRatio(r result) float64 {
+	return median(r.Peer.Controllers).Seconds() / median(r.Floors).Seconds()
+}
+
 // peerTable puts bar-controller's rows beside the peer's.
 func peerTable(rs []result) string {
 	var b strings.Builder
@@ -104,7 +117,7 @@ func peerTable(rs []result) string {
 			continue
 		}
 		fmt.Fprintf(&b, "| %d | %s | %s / %s | %.2f× / %.2f× | %.2f / %.2f | %s, %s / %s, %s | %.1f / %.1f MB | %.1f / %.1f MB | %.1f / %.1f s | %s / %s |\n",
-			r.N, secs(median(r.Floors)), secs(median(r.Controllers)), secs(median(p.Controllers)), ratio(r), ratio(*p),
+			r.N, secs(median(r.Floors)), secs(median(r.Controllers)), secs(median(p.Controllers)), ratio(r), peerRatio(r),
 			writesPerBar(r), writesPerBar(*p), trimFloat(r.RestartWrites), trimFloat(r.IdleWrites), trimFloat(p.RestartWrites), trimFloat(p.IdleWrites),
 			mb(r.PeakRSS), mb(p.PeakRSS), mb(r.Heap.Live), mb(p.Heap.Live), r.CPU.Seconds(), p.CPU.Seconds(),
 			secs(median(r.ControllerServerCPU)), secs(median(p.ControllerServerCPU)))
@@ -144,20 +157,29 @@ bar-controller's would.
 `)
 	b.WriteString(peerTable(with))
 	b.WriteString("\n")
-	mark := func(ok bool) string {
-		if ok {
-			return "ahead"
-		}
-		return "**behind**"
-	}
 	for _, r := range with {
 		p := r.Peer
 		fmt.Fprintf(&b, "- %d Bars: converge %s; writes per Bar %s; idle writes %s; peak RSS %s; live heap %s; CPU %s; API server CPU %s\n", r.N,
-			compareRuns(r.Controllers, p.Controllers), mark(writesPerBar(r) < writesPerBar(*p)),
-			mark(r.RestartWrites+r.IdleWrites <= p.RestartWrites+p.IdleWrites), mark(r.PeakRSS < p.PeakRSS),
-			mark(r.Heap.Live < p.Heap.Live), mark(r.CPU < p.CPU), compareRuns(r.ControllerServerCPU, p.ControllerServerCPU))
+			compareRuns(r.Controllers, p.Controllers), compareCounts(writesPerBar(r), writesPerBar(*p), "%.2f"),
+			compareCounts(r.RestartWrites+r.IdleWrites, p.RestartWrites+p.IdleWrites, "%g"), compareCounts(mb(r.PeakRSS), mb(p.PeakRSS), "%.1f MB"),
+			compareCounts(mb(r.Heap.Live), mb(p.Heap.Live), "%.1f MB"), compareCounts(r.CPU.Seconds(), p.CPU.Seconds(), "%.1f s"),
+			compareRuns(r.ControllerServerCPU, p.ControllerServerCPU))
 	}
 	return b.String()
+}
+
+// compareCounts says whether bar-controller's figure (ours) is below the
+// peer's (less is better in every column it is used for), as the report
+// prints them: what prints the same is even, not ahead.
+func compareCounts(ours, peer float64, format string) string {
+	o, p := fmt.Sprintf(format, ours), fmt.Sprintf(format, peer)
+	switch {
+	case o == p:
+		return "even (" + o + " both)"
+	case ours < peer:
+		return "ahead"
+	}
+	return "**behind**"
 }
 
 // compareRuns says whether bar-controller's runs (ours) were ahead of the

@@ -187,9 +187,13 @@ default flags (only its listen addresses and kubeconfig are set, and
 - **floor**: with no controller, a bare client (the admin, exempt from API
   Priority and Fairness, no rate limit, %s) creates each Bar, creates its
   Deployment and writes its status — the three writes an ideal controller
-  with zero overhead would cost — after a warm-up of 300. Measured %d
-  times per row, interleaved with the controller runs (floor, run, floor,
-  ...), each in a namespace of its own, emptied after it.
+  with zero overhead would cost. Measured %d times per row, interleaved
+  with the controller runs (floor, run, floor, ...), each in a namespace
+  of its own, emptied after it.
+- **warm-up**: before a row's first floor, 300 Bars as a floor writes them,
+  then a cold start of each controller the row measures over 300 Bars of
+  its own, unmeasured: what a fresh API server does once for a path, the
+  floor's or a controller's, no timed step pays.
 - **controller runs**: %d per row, each a fresh controller and namespace:
   the same Bar creates, then until every Bar's Deployment is as desired
   and its status.observedGeneration current. The ratio is the median run

@@ -96,16 +96,47 @@ func (s *scenario) newRow(ctx context.Context, label string, apiFlags []string) 
 		w: writers{kube: kubernetes.NewForConfigOrDie(cfg), bars: clientset.NewForConfigOrDie(cfg)}}, nil
 }
 
-// warmUp fills the API server's caches, connections and the CRD's
-// handlers before anything is timed: 300 Bars as a floor makes them, then
-// removed.
-func (s scenario) warmUp(ctx context.Context, r *row) error {
+// warmUpBars is how many Bars each part of the warm-up makes.
+const warmUpBars = 300
+
+// warmUp readies a fresh control plane before anything is timed. First
+// 300 Bars as a floor makes them, then removed: the API server's caches,
+// connections and the CRD's handlers. Then, with controllers, one cold
+// start of each controller the row measures (bar-controller's, and the
+// peer's if it has one) over 300 Bars of its own, unmeasured, then
+// removed. A fresh API server does some work once for a controller's
+// path that no floor's path asks of it (a ServiceAccount token and its
+// RBAC, the workload-low priority level, the status apply's field sets,
+// Events, watches); without this the row's first controller run paid for
+// it: at 5,000 Bars it was the slowest of its row in four rows of five,
+// by 2-4 s (docs/measurements.md).
+func (s scenario) warmUp(ctx context.Context, r *row, controllers bool) error {
 	if err := createNamespace(ctx, r.w.kube, "warmup"); err != nil {
 		return err
 	}
 	s.step("warm-up")
-	if _, err := runFloor(ctx, r.w, "warmup", 300, s.inflight); err != nil {
+	if _, err := runFloor(ctx, r.w, "warmup", warmUpBars, s.inflight); err != nil {
 		return fmt.Errorf("warm-up: %w", err)
 	}
-	return clean(ctx, r.w.kube, r.w.bars, "warmup")
+	if err := clean(ctx, r.w.kube, r.w.bars, "warmup"); err != nil {
+		return err
+	}
+	if !controllers {
+		return nil
+	}
+	each := []scenario{s}
+	if s.peer != "" {
+		if err := grantPeer(ctx, r.w.kube); err != nil {
+			return fmt.Errorf("the peer's grant: %w", err)
+		}
+		each = append(each, s.peerScenario())
+	}
+	for _, ws := range each {
+		ws.warm, ws.coldOnly, ws.samplePeak, ws.rounds, ws.cpuProfile = true, true, false, 1, 0
+		scratch := result{N: warmUpBars}
+		if err := ws.controllerRun(ctx, r.c, r.w, r.kubeconfig, &scratch, 0); err != nil {
+			return fmt.Errorf("warm-up, %s: %w", ws.runName(0), err)
+		}
+	}
+	return nil
 }

@@ -22,7 +22,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -70,7 +69,10 @@ type result struct {
 	// Heap is the last run's controller's live heap once converged and
 	// idle (heap.go); QueueEmptyAfter is, per run, how long after
 	// convergence its work queue was empty, when the profile was taken.
-	Heap            heapSummary
+	Heap heapSummary
+	// Peak is what the controller's memory was made of at its highest
+	// sampled RSS, in the runs that sample it (scenario.samplePeak).
+	Peak            peakMemory
 	QueueEmptyAfter []time.Duration
 	// FloorServerCPU and ControllerServerCPU are what kube-apiserver and
 	// etcd spent (user+system) over each floor and each controller run:
@@ -126,6 +128,14 @@ type scenario struct {
 	// coldOnly: a controller run is a cold start only, with no idle
 	// check or steady step after it (gcheadroom.go).
 	coldOnly bool
+	// samplePeak: every controller run scrapes the controller's memory
+	// figures until its peak RSS is read, and keeps the highest
+	// (peakmemory.go), into result.Peak; without it only the run before
+	// the steady step does.
+	samplePeak bool
+	// warm: the run is the warm-up's (row.go), named warmup-bench or
+	// warmup-peer and measured by nobody.
+	warm bool
 	// step names what the row is doing now, for its monitor (monitor.go).
 	step func(string)
 }
@@ -146,7 +156,11 @@ func (s scenario) run(ctx context.Context, n, unrelated int) (r result, err erro
 			return r, fmt.Errorf("unrelated Deployments: %w", err)
 		}
 	}
-	if err := s.warmUp(ctx, row); err != nil {
+	warm := s
+	if unrelated != 0 {
+		warm.peer = "" // the peer runs only in rows of no unrelated Deployments
+	}
+	if err := warm.warmUp(ctx, row, true); err != nil {
 		return r, err
 	}
 
@@ -168,11 +182,6 @@ func (s scenario) run(ctx context.Context, n, unrelated int) (r result, err erro
 		}
 		fmt.Fprintf(os.Stderr, "bench:   controller run %d: converged in %v, API server + etcd CPU %v, the bench's own %v, peak RSS so far %.1f MB, live heap %.1f MB\n",
 			i, r.Controllers[i].Round(100*time.Millisecond), r.ControllerServerCPU[i].Round(100*time.Millisecond), r.ControllerBenchCPU[i].Round(100*time.Millisecond), mb(r.PeakRSS), mb(r.Heap.Live))
-	}
-	// The peer is measured against the row's floors, all of them: the
-	// last comes after its last run.
-	if r.Peer != nil {
-		r.Peer.Floors, r.Peer.FloorServerCPU = slices.Clone(r.Floors), slices.Clone(r.FloorServerCPU)
 	}
 	return r, nil
 }
@@ -283,20 +292,34 @@ func (s scenario) startController(kubeconfig, name string, extra ...string) (*lo
 
 // startControllerEnv is startController with env added to the process's.
 func (s scenario) startControllerEnv(kubeconfig, name string, env []string, extra ...string) (*localcluster.Process, string, error) {
-	addrs, err := localcluster.FreeAddrs(2)
+	p, metricsAddr, healthAddr, err := s.launchController(kubeconfig, name, env, extra...)
 	if err != nil {
 		return nil, "", err
+	}
+	return p, metricsAddr, waitControllerReady(p, healthAddr)
+}
+
+// launchController starts bar-controller and returns at once, with the
+// addresses of its metrics and health endpoints: what happens before it
+// is ready (its informers' lists) can be watched from there.
+func (s scenario) launchController(kubeconfig, name string, env []string, extra ...string) (p *localcluster.Process, metricsAddr, healthAddr string, err error) {
+	addrs, err := localcluster.FreeAddrs(2)
+	if err != nil {
+		return nil, "", "", err
 	}
 	args := append([]string{"--kubeconfig=" + kubeconfig, "--metrics-bind-address=" + addrs[0], "--health-probe-bind-address=" + addrs[1]}, extra...)
 	args = append(args, s.extraArgs...)
-	p, err := localcluster.StartProcess(name, s.controller, filepath.Join(s.logDir, name+".log"), env, args...)
-	if err != nil {
-		return nil, "", err
-	}
+	p, err = localcluster.StartProcess(name, s.controller, filepath.Join(s.logDir, name+".log"), env, args...)
+	return p, addrs[0], addrs[1], err
+}
+
+// waitControllerReady waits for a launched controller's /readyz; if it
+// never comes, the controller is stopped.
+func waitControllerReady(p *localcluster.Process, healthAddr string) error {
 	// A bound, not a measure: the idle check's controller first lists (by
 	// WatchList) every Bar and Deployment of the row, 150,000 objects at N=50,000.
-	err = p.WaitReady(context.Background(), 5*time.Minute, func(ctx context.Context) error {
-		resp, err := http.Get("http://" + addrs[1] + "/readyz")
+	err := p.WaitReady(context.Background(), 5*time.Minute, func(ctx context.Context) error {
+		resp, err := http.Get("http://" + healthAddr + "/readyz")
 		if err != nil {
 			return err
 		}
@@ -309,7 +332,7 @@ func (s scenario) startControllerEnv(kubeconfig, name string, env []string, extr
 	if err != nil {
 		p.Stop(5 * time.Second)
 	}
-	return p, addrs[0], err
+	return err
 }
 
 // serverCPU is the CPU time kube-apiserver and etcd have used so far.

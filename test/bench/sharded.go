@@ -104,7 +104,7 @@ func (s scenario) sharded(ctx context.Context, n, shards int, replicas []int) (r
 	if err := installShardedRole(ctx, c, root, row.dir); err != nil {
 		return res, err
 	}
-	if err := s.warmUp(ctx, row); err != nil {
+	if err := s.warmUp(ctx, row, false); err != nil {
 		return res, err
 	}
 	var self time.Duration

@@ -51,6 +51,9 @@ type restartResult struct {
 	// Bars from nothing (the target: no higher).
 	Writes                float64
 	PeakRSS, ConvergedRSS int64
+	// Peak and ConvergedPeak are what the restart's and the converged
+	// run's highest sampled RSS were made of (peakmemory.go).
+	Peak, ConvergedPeak peakMemory
 	// ServerCPU is kube-apiserver's and etcd's CPU over it; Lists and
 	// WatchLists the LISTs and the list-first watches of Bars and
 	// Deployments it asked for.
@@ -82,7 +85,7 @@ func (s scenario) steadyAt(r *result) bool {
 // steadyStep runs the steady step on the Bars of namespace ns.
 func (s scenario) steadyStep(ctx context.Context, c *localcluster.Cluster, w writers, kubeconfig, ns string, r *result) error {
 	st := &steady{}
-	st.Restart.ConvergedRSS = r.PeakRSS
+	st.Restart.ConvergedRSS, st.Restart.ConvergedPeak = r.PeakRSS, r.Peak
 	before, err := scrapeRequests(c)
 	if err != nil {
 		return err
@@ -93,11 +96,19 @@ func (s scenario) steadyStep(ctx context.Context, c *localcluster.Cluster, w wri
 	}
 	s.step(ns + ": restart")
 	start := time.Now()
-	ctl, metricsAddr, err := s.startController(kubeconfig, ns+"-steady")
+	ctl, metricsAddr, healthAddr, err := s.launchController(kubeconfig, ns+"-steady", nil)
 	if err != nil {
 		return err
 	}
 	defer ctl.Stop(30 * time.Second)
+	// Its peak comes while its informers list, before it is ready: the
+	// sampling starts with the process.
+	sctx, stopSampling := context.WithCancel(ctx)
+	defer stopSampling()
+	peak := samplePeak(sctx, metricsAddr, c.Config.BearerToken, peakSampleInterval)
+	if err := waitControllerReady(ctl, healthAddr); err != nil {
+		return err
+	}
 	st.Restart.Ready = time.Since(start)
 	metricsURL, token := "https://"+metricsAddr+"/metrics", c.Config.BearerToken
 	if err := waitSyncedOnce(ctx, metricsURL, token, r.N); err != nil {
@@ -115,6 +126,8 @@ func (s scenario) steadyStep(ctx context.Context, c *localcluster.Cluster, w wri
 	if st.Restart.PeakRSS, _, err = usage(ctl.Pid()); err != nil {
 		return err
 	}
+	stopSampling()
+	st.Restart.Peak = <-peak
 	d := after.since(before)
 	ours := func(res string) bool { return res == "bars" || res == "deployments" }
 	st.Restart.Writes = d.writes(controllerKinds)

@@ -89,12 +89,15 @@ converged (test/bench/steady.go):
 | restart: ready | every Bar synced once | writes | peak RSS (converged run's) | API server + etcd CPU | LIST / WATCH that listed |
 | ---: | ---: | ---: | --- | ---: | --- |
 | %s | %s | %s | %.1f MB (%.1f MB) | %s | %s / %s |
-
-| churn | changes | missed | change → Deployment written | Deployment → status current | queue wait p99 | deepest queue |
-| --- | ---: | ---: | --- | --- | ---: | ---: |
 `, r.N, who, r.N, churnFor, churnSample, apiRestartWatch,
 		secs(st.Restart.Ready), secs(st.Restart.SyncedOnce), trimFloat(st.Restart.Writes), mb(st.Restart.PeakRSS), mb(st.Restart.ConvergedRSS),
 		secs(st.Restart.ServerCPU), trimFloat(st.Restart.Lists), trimFloat(st.Restart.WatchLists))
+	if p, q := st.Restart.Peak, st.Restart.ConvergedPeak; p.RSS > 0 && q.RSS > 0 {
+		fmt.Fprintf(b, "\nWhat each peak was made of, at its highest RSS sampled every %v from the controller's own metrics (test/bench/peakmemory.go), the restart's / the converged run's: RSS %s; live then (the heap goal over 1 + GOGC/100) %s; heap goal %s (GOGC %.0f / %.0f); heap in use %s; freed, not yet returned to the OS %s; runtime %s; other %s.\n",
+			peakSampleInterval, mbPair(p.RSS, q.RSS), mbPair(p.LiveAtPeak(), q.LiveAtPeak()), mbPair(p.HeapGoal, q.HeapGoal), p.GOGC, q.GOGC,
+			mbPair(p.HeapInuse, q.HeapInuse), mbPair(p.Retained, q.Retained), mbPair(p.Runtime, q.Runtime), mbPair(p.Outside(), q.Outside()))
+	}
+	b.WriteString("\n| churn | changes | missed | change → Deployment written | Deployment → status current | queue wait p99 | deepest queue |\n| --- | ---: | ---: | --- | --- | ---: | ---: |\n")
 	for _, c := range st.Churn {
 		what := fmt.Sprintf("spec, %d Bars/s", c.Rate)
 		if c.Phase == "recreate" {
