@@ -193,7 +193,8 @@ default flags (only its listen addresses and kubeconfig are set, and
 - **warm-up**: before a row's first floor, 300 Bars as a floor writes them,
   then a cold start of each controller the row measures over 300 Bars of
   its own, unmeasured: what a fresh API server does once for a path, the
-  floor's or a controller's, no timed step pays.
+  floor's or a controller's, no timed step pays. Again after the steady
+  step below, which ends with the API server restarted.
 - **controller runs**: %d per row, each a fresh controller and namespace:
   the same Bar creates, then until every Bar's Deployment is as desired
   and its status.observedGeneration current. The ratio is the median run
