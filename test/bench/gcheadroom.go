@@ -180,10 +180,19 @@ collection found live once the queue was empty (as in the main table).
 // than the converged controller does, no headroom brings the peak down
 // to a multiple of the converged live heap.
 func peakTable(rs []gcResult) string {
+	sampled := false
+	for _, r := range rs {
+		for _, run := range r.Runs {
+			sampled = sampled || run.Peak.RSS > 0
+		}
+	}
+	if !sampled {
+		return ""
+	}
 	var b strings.Builder
-	b.WriteString(`
+	fmt.Fprintf(&b, `
 What the peak was made of: the controller's own metrics (client_golang's
-Go collector, from runtime/metrics), scraped every 250 ms over each cold
+Go collector, from runtime/metrics), scraped every %v over each cold
 start, at the scrape of the highest RSS. **Live then** is the heap goal
 over 1 + GOGC/100: what the collection before the peak found live. **Free,
 kept** is heap the collector freed and the scavenger has not yet returned
@@ -192,7 +201,7 @@ metadata; **other** is the rest of RSS (the binary, C and kernel side).
 
 | Bars | --gc-headroom-percent | RSS at the scrape | heap in use | heap goal (GOGC) | live then | converged live | free, kept | runtime | other |
 | ---: | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |
-`)
+`, peakSampleInterval)
 	for _, r := range rs {
 		for _, run := range r.Runs {
 			p := run.Peak

@@ -72,6 +72,10 @@ func samplePeak(ctx context.Context, metricsAddr, token string, interval time.Du
 		client := loopbackClient()
 		// As in waitQueueEmpty: no pooled gzip writers in the controller.
 		client.Transport.(*http.Transport).DisableCompression = true
+		// A scrape that hangs must not hold up the run that waits for
+		// the sample.
+		client.Timeout = 5 * time.Second
+		defer client.CloseIdleConnections()
 		var best peakMemory
 		tick := time.NewTicker(interval)
 		defer tick.Stop()

@@ -19,7 +19,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -192,9 +191,9 @@ func (s scenario) run(ctx context.Context, n, unrelated int) (r result, err erro
 //
 // A run followed by the steady step ends with the API server restarted
 // (steady.go), a fresh one: it is warmed up again, as the row's first was,
-// before the next timed step. Without that the run after it paid what a
-// fresh API server does once (at 2,000 Bars in make bench, bar-controller's
-// second run in every report: it follows the peer's steady step).
+// before the next timed step, so that no timed step pays what a fresh API
+// server does once. (At 2,000 Bars in make bench bar-controller's second
+// run follows the peer's steady step; the churn before it is not undone.)
 func (s scenario) runs(ctx context.Context, c *localcluster.Cluster, w writers, kubeconfig string, r *result, i int) error {
 	rewarm := func() error {
 		if i != s.rounds-1 || !s.steadyAt(r) {
@@ -313,42 +312,6 @@ func (s scenario) startControllerEnv(kubeconfig, name string, env []string, extr
 		return nil, "", err
 	}
 	return p, metricsAddr, waitControllerReady(p, healthAddr)
-}
-
-// launchController starts bar-controller and returns at once, with the
-// addresses of its metrics and health endpoints: what happens before it
-// is ready (its informers' lists) can be watched from there.
-func (s scenario) launchController(kubeconfig, name string, env []string, extra ...string) (p *localcluster.Process, metricsAddr, healthAddr string, err error) {
-	addrs, err := localcluster.FreeAddrs(2)
-	if err != nil {
-		return nil, "", "", err
-	}
-	args := append([]string{"--kubeconfig=" + kubeconfig, "--metrics-bind-address=" + addrs[0], "--health-probe-bind-address=" + addrs[1]}, extra...)
-	args = append(args, s.extraArgs...)
-	p, err = localcluster.StartProcess(name, s.controller, filepath.Join(s.logDir, name+".log"), env, args...)
-	return p, addrs[0], addrs[1], err
-}
-
-// waitControllerReady waits for a launched controller's /readyz; if it
-// never comes, the controller is stopped.
-func waitControllerReady(p *localcluster.Process, healthAddr string) error {
-	// A bound, not a measure: the idle check's controller first lists (by
-	// WatchList) every Bar and Deployment of the row, 150,000 objects at N=50,000.
-	err := p.WaitReady(context.Background(), 5*time.Minute, func(ctx context.Context) error {
-		resp, err := http.Get("http://" + healthAddr + "/readyz")
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("/readyz %d", resp.StatusCode)
-		}
-		return nil
-	})
-	if err != nil {
-		p.Stop(5 * time.Second)
-	}
-	return err
 }
 
 // serverCPU is the CPU time kube-apiserver and etcd have used so far.
