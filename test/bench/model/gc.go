@@ -157,3 +157,74 @@ func FitCollectorShare(runs []GCRun) (f float64, n int, err error) {
 	}
 	return sxy / sxx, n, nil
 }
+
+// The controller's CPU per Bar grows with its heap, at any GOGC: make
+// bench-gc's cold starts at Go's GOGC=100 spent 0.96 ms per Bar at 5,000
+// Bars and 1.18 at 50,000, and in two profiled cold starts the
+// collector's marking cost 2.1 times as much per Bar at 50,000 as its
+// GOGC explains (docs/sizing-model.md, "Controller CPU leaves the
+// cache"). The bench's machine has one 32 MiB last-level
+// cache for both cores (lscpu: L3 32 MiB): 5,000 Bars' 34 MiB heap
+// about fits it, 50,000 Bars' 309 MiB is nine times it, and marking and
+// map lookups chase pointers through the whole heap. A line fitted to
+// rows whose heaps fit the cache cannot see that, so the model scales
+// the controller's CPU by CacheFactor.
+const (
+	// BenchCacheMiB is the last-level cache of the bench's machine.
+	BenchCacheMiB = 32
+	// CacheSlowdown is k in CacheFactor: 0.27, fitted to make bench-gc's
+	// runs at Go's GOGC=100 (FitCacheSlowdown; TestCacheSlowdownIsTheGCBenchs
+	// holds this to the committed part).
+	CacheSlowdown = 0.27
+)
+
+// CacheFactor is how much more CPU per Bar the controller spends with
+// liveMiB live than with a heap its machine's cache holds: 1 + k·φ, where
+// φ = 1 − cache/live is the part of the heap the cache cannot hold, and
+// so the part of reads spread evenly over the heap that go to memory.
+// From 32 MiB it grows to 1 + k·0.9 at 50,000 Bars and 1 + k·0.99 at
+// 500,000: the slowdown is in the model once the heap has left the cache,
+// and barely grows after, which is an assumption about memory the bench
+// cannot check beyond its largest row.
+func CacheFactor(liveMiB float64) float64 {
+	return 1 + CacheSlowdown*outOfCache(liveMiB)
+}
+
+// outOfCache is φ above.
+func outOfCache(liveMiB float64) float64 {
+	if liveMiB <= BenchCacheMiB {
+		return 0
+	}
+	return 1 - BenchCacheMiB/liveMiB
+}
+
+// FitCacheSlowdown fits CacheSlowdown's k to the runs at Go's GOGC=100 of
+// the smallest and the largest size: the same GOGC, so the ratio of their
+// CPU per Bar is CacheFactor's at their live heaps alone. The fixed part
+// of a cold start's CPU (the controller's start, under 0.2 s in the
+// model's line) is taken as per Bar too, which lowers k by under 1 %.
+func FitCacheSlowdown(runs []GCRun) (k float64, small, large int, err error) {
+	var s, l *GCRun
+	for i := range runs {
+		r := &runs[i]
+		if r.Headroom != 0 || r.N <= 0 {
+			continue
+		}
+		if s == nil || r.N < s.N {
+			s = r
+		}
+		if l == nil || r.N > l.N {
+			l = r
+		}
+	}
+	if s == nil || s.N == l.N {
+		return 0, 0, 0, fmt.Errorf("fewer than two sizes run at Go's GOGC=100")
+	}
+	ratio := (l.CPU / float64(l.N)) / (s.CPU / float64(s.N))
+	// (1 + k·φl) / (1 + k·φs) = ratio, solved for k.
+	den := outOfCache(l.LiveMiB) - ratio*outOfCache(s.LiveMiB)
+	if den <= 0 {
+		return 0, s.N, l.N, fmt.Errorf("the larger run's heap (%.1f MiB) is not further out of the cache than the smaller's (%.1f MiB)", l.LiveMiB, s.LiveMiB)
+	}
+	return (ratio - 1) / den, s.N, l.N, nil
+}

@@ -140,3 +140,56 @@ func TestFitCollectorShare(t *testing.T) {
 		t.Error("no run at Go's GOGC=100 to compare with: want an error")
 	}
 }
+
+func TestCacheFactor(t *testing.T) {
+	if got := CacheFactor(BenchCacheMiB); got != 1 {
+		t.Errorf("a heap the cache holds: factor %v, want 1", got)
+	}
+	// Half of a 64 MiB heap is out of a 32 MiB cache.
+	if got, want := CacheFactor(2*BenchCacheMiB), 1+CacheSlowdown/2; !near(got, want) {
+		t.Errorf("CacheFactor(64) = %v, want %v", got, want)
+	}
+	prev := 0.0
+	for live := 0.0; live <= 4096; live += 0.5 {
+		f := CacheFactor(live)
+		if f < prev || f >= 1+CacheSlowdown {
+			t.Fatalf("CacheFactor(%v) = %v after %v: it must grow towards 1 + k and stay below", live, f, prev)
+		}
+		prev = f
+	}
+}
+
+func TestFitCacheSlowdown(t *testing.T) {
+	// k = 0.4: at 40 MiB a fifth of the heap is out of the cache (×1.08),
+	// at 320 MiB nine tenths (×1.36); per Bar 1 ms and 1.36/1.08 ms.
+	runs := []GCRun{{N: 5000, Headroom: 0, LiveMiB: 40, CPU: 5}, {N: 50000, Headroom: 0, LiveMiB: 320, CPU: 50 * 1.36 / 1.08},
+		{N: 50000, Headroom: 20, LiveMiB: 320, CPU: 90}, {N: 500, Headroom: 20, LiveMiB: 6, CPU: 0.1}}
+	k, small, large, err := FitCacheSlowdown(runs)
+	if err != nil || small != 5000 || large != 50000 || !near(k, 0.4) {
+		t.Errorf("FitCacheSlowdown = %v from %d and %d Bars (%v), want 0.4 from 5000 and 50000", k, small, large, err)
+	}
+	if _, _, _, err := FitCacheSlowdown(runs[1:]); err == nil {
+		t.Error("one size at Go's GOGC=100: want an error")
+	}
+}
+
+// TestCacheSlowdownIsTheGCBenchs checks CacheSlowdown against the
+// committed make bench-gc, as TestCollectorShareIsTheGCBenchs checks f.
+func TestCacheSlowdownIsTheGCBenchs(t *testing.T) {
+	text, err := os.ReadFile(filepath.Join(repoRoot, "docs/benchmarks-large.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs, err := ParseGCPart(string(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, small, large, err := FitCacheSlowdown(runs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("from %d to %d Bars at GOGC=100 the cache slowdown k is %.3f (CacheSlowdown %.2f)", small, large, k, CacheSlowdown)
+	if math.Abs(k-CacheSlowdown) > 0.03 {
+		t.Errorf("make bench-gc from %d to %d Bars gives k = %.3f; CacheSlowdown is %.2f", small, large, k, CacheSlowdown)
+	}
+}
