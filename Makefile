@@ -72,12 +72,12 @@ traces: build ## Rerun the scenarios of docs/informer-traces.md and the exercise
 # substitution would not stop the recipe, hence the variable first.
 #
 # The test binaries are built without DWARF (-dwarf=false: about 15 % less
-# CPU for every package compiled, docs/measurements.md) and linked without
-# it (-w: 5.5 CPU-s a link of test/e2e's size, not 8.5): nothing reads it,
-# a test's stack traces come from the binary's own tables. And go test's
-# own vet pass is off: make verify (hack/verify-lint.sh) runs go vet with
-# every analyzer over the same compile, and the smaller set that go test
-# runs cannot share its results.
+# CPU for every package compiled, docs/measurements/ci-and-control-plane.md) and
+# linked without it (-w: 5.5 CPU-s a link of test/e2e's size, not 8.5): nothing
+# reads it, a test's stack traces come from the binary's own tables. And go
+# test's own vet pass is off: make verify (hack/verify-lint.sh) runs go vet with
+# every analyzer over the same compile, and the smaller set that go test runs
+# cannot share its results.
 TEST_FLAGS := -race -vet=off -gcflags=all=-dwarf=false -ldflags=-w
 
 test: ## Run all tests (unit, real control plane, real node, chart, alerts, release; with -race); builds the control plane, kubelet, helm, cosign and promtool on first use.
@@ -95,7 +95,8 @@ test-unit: ## Run only the unit tests (fake clients; seconds, nothing to build).
 
 # N=... chooses the numbers of Bars (default 500,2000,5000), BENCH_ARGS
 # passes other flags (go run ./test/bench --help); BENCH_ARGS=--breakdown=2000
-# shows instead where the API server's CPU goes (docs/measurements.md).
+# shows instead where the API server's CPU goes
+# (docs/measurements/benchmarks-converge-and-concurrency.md).
 N ?= 500,2000,5000
 BENCH_ARGS ?=
 
@@ -125,8 +126,9 @@ bench-gc: build ## Measure a cold start's peak RSS and live heap at 5,000 and 50
 # floor), so they have a report of their own: one controller run per row,
 # 5,000 Bars measured again in the same run for the linearity target.
 # The test API server and etcd hold about 23 GB by the end of the
-# 50,000-Bar row (docs/measurements.md, 50,000 Bars): a machine with
-# 24 GB runs it; two controller runs per row (make bench N=50000) need more.
+# 50,000-Bar row (docs/measurements/benchmarks-memory-and-50000-bars.md, 50,000
+# Bars): a machine with 24 GB runs it; two controller runs per row (make bench
+# N=50000) need more.
 .PHONY: bench-large
 bench-large: build ## Measure 5,000 and 50,000 Bars (one run each, then at 50,000 a restart, latency under churn and an API server restart); writes docs/benchmarks-large.md and its plot, and refits docs/sizing-model.md.
 	go build -o bin/bench ./test/bench

@@ -70,7 +70,7 @@ func (o *options) addFlags(fs *flag.FlagSet) {
 	// took 88 s and 15 timed-out syncs where 4 took 25 s and none,
 	// test/faults). So by default the number follows the API server
 	// (run.go, internal/adaptive), between 1 and --workers;
-	// docs/measurements.md has the numbers.
+	// docs/measurements/benchmarks-converge-and-concurrency.md has the numbers.
 	fs.IntVar(&o.workers, "workers", 32, "Most Bars synced in parallel: the ceiling of the adaptive limit, or the number with --adaptive-concurrency=false.")
 	fs.BoolVar(&o.adaptive, "adaptive-concurrency", true, "Let the number of syncs and Event writes in flight follow the API server: grow while it answers quickly, shrink at once when it rejects (429) or queues. false: exactly --workers syncs and 4 Event writes.")
 	// No client-side limit by default: API Priority and Fairness (GA since
@@ -90,8 +90,9 @@ func (o *options) addFlags(fs *flag.FlagSet) {
 	// tables in the controller every few events. Informers open such a
 	// stream at start and after a relist, and it lasts until its timeout
 	// (5-10 minutes), so a cold start pays it for every Bar and Deployment
-	// (3 % of the controller's CPU samples at 5,000 Bars; docs/
-	// measurements.md); the plain watches after it are not compressed.
+	// (3 % of the controller's CPU samples at 5,000 Bars;
+	// docs/measurements/benchmarks-controller-cost-first-to-third-steps.md,
+	// third steps); the plain watches after it are not compressed.
 	fs.BoolVar(&o.noCompression, "disable-compression", true, "Do not ask the API server for gzip-compressed responses (since Kubernetes 1.37 it gzips the WatchList stream an informer opens at start and after a relist). false: accept gzip, for a controller far from its API server on a slow link.")
 	fs.DurationVar(&o.resyncPeriod, "resync-period", 10*time.Minute, "How often every Bar is re-checked against the caches even without events; 0 disables. A re-check that finds nothing to do makes no API call.")
 	fs.StringVar(&o.metricsAddress, "metrics-bind-address", ":8443", "Address of the Prometheus /metrics endpoint; 0 disables it.")

@@ -229,7 +229,7 @@ func (c *Controller) processNextWorkItem(ctx, stop context.Context) bool {
 // went, an Event write for its request. Syncs and Event writes share them,
 // because they share the API server's seats: under API Priority and
 // Fairness, Event writes that nothing bounds take the seats the syncs need
-// (docs/measurements.md).
+// (docs/measurements/benchmarks-converge-and-concurrency.md).
 type slots interface {
 	Acquire(ctx context.Context) error
 	Release()
@@ -270,7 +270,7 @@ const (
 	// waiting holds its slot all the while. With one slot, one rejection
 	// stopped all work for that second: 500 Bars under a one-seat
 	// priority level took 4.5 minutes where the fixed 4 took 19 s
-	// (make bench, docs/measurements.md).
+	// (make bench, docs/measurements/benchmarks-converge-and-concurrency.md).
 	minConcurrency = 4
 )
 

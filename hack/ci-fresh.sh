@@ -11,7 +11,7 @@
 # Uncommitted changes are not part of the run: CI sees commits only.
 # It takes as long as a first CI run: most of an hour on 2 cores, a third
 # of it building the Kubernetes components and the tools from source
-# (docs/measurements.md, "A first CI under an hour").
+# (docs/measurements/ci-and-control-plane.md, "A first CI under an hour").
 set -o errexit -o nounset -o pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

@@ -30,7 +30,7 @@ did not, 2 if nothing could be run (usage, build).
 options:
   --race          build the test binary with -race (or FLAKE_HUNT_RACE=1)
   --stop-on-fail  stop after the first run that fails
-  --markdown      print the report as tables for docs/measurements.md
+  --markdown      print the report as tables for docs/measurements/gate-timing.md
   --timeout=D     each run's -test.timeout (default 30m)
   --min-runs=K    report only the figures logged in at least K runs
   --commit=REV    run the tests of commit REV, from a clone of it in a

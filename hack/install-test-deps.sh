@@ -3,10 +3,10 @@
 # (the Kubernetes components, kubelet and kwok, helm, cosign and promtool, in
 # one go build by hack/install-tools.sh) and, as root, the real node's
 # packages (hack/install-node-deps.sh). On a fresh machine each is minutes,
-# and the node's downloads overlap the compile (docs/measurements.md, "A
-# first CI under an hour"). The tools used to be four go builds side by side;
-# one build compiles what they share once and keeps both cores busy on its
-# own (hack/tools/README.md).
+# and the node's downloads overlap the compile
+# (docs/measurements/ci-and-control-plane.md, "A first CI under an hour"). The
+# tools used to be four go builds side by side; one build compiles what they
+# share once and keeps both cores busy on its own (hack/tools/README.md).
 #
 # Prints, on stdout, the environment make test exports (KEY=value lines,
 # values without spaces); each job's progress goes to stderr with its name

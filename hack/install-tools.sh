@@ -10,7 +10,8 @@
 # compiled once and the go command schedules all of them on one graph, so
 # both cores stay busy to the end; separate go builds compiled the same
 # packages at the same time, or each its own version of them
-# (hack/tools/README.md, docs/measurements.md "A first CI under an hour").
+# (hack/tools/README.md, docs/measurements/ci-and-control-plane.md "A first CI
+# under an hour").
 #
 # Usage: hack/install-tools.sh [tool ...]
 #   tools: etcd kube-apiserver kube-controller-manager kube-scheduler kubectl
@@ -184,9 +185,9 @@ if ((${#missing[@]} > 0)); then
   trap 'rm -rf "${tmp}"' EXIT
   # The tools are linked without DWARF (-w), so their compiles leave it
   # out too (-dwarf=false: 15 % less CPU for client-go's packages, measured
-  # in docs/measurements.md), except the packages the controller is built
-  # from, which compile here exactly as the controller's own build compiles
-  # them (an empty -gcflags; the later pattern wins), so that the
+  # in docs/measurements/ci-and-control-plane.md), except the packages the
+  # controller is built from, which compile here exactly as the controller's own
+  # build compiles them (an empty -gcflags; the later pattern wins), so that the
   # controllers and releases the tests build find them in the build cache
   # (hack/shared-deps.sh says why the versions agree).
   gcflags=(-gcflags=all=-dwarf=false)

@@ -12,7 +12,7 @@
 # package of the controller, and the controllers that test/e2e, test/faults,
 # hack/release and `make run` build are a link away; with another version of
 # any of them, that package and everything above it is compiled twice
-# (docs/measurements.md, "A first CI under an hour").
+# (docs/measurements/ci-and-control-plane.md, "A first CI under an hour").
 #
 # Usage: hack/shared-deps.sh [--raise-tools]
 #   Without flags it prints each disagreement and exits 1 if there is one.

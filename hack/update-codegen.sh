@@ -17,8 +17,8 @@ cd "${REPO_ROOT}"
 # The generators are built as the release builds the controller
 # (CGO_ENABLED=0, -trimpath): what they share with it, apimachinery,
 # protobuf, kube-openapi and the standard library, is then compiled once,
-# where CI would compile it again for them alone (docs/measurements.md, "A
-# first CI under an hour").
+# where CI would compile it again for them alone
+# (docs/measurements/ci-and-control-plane.md, "A first CI under an hour").
 export CGO_ENABLED=0
 export GOFLAGS="-trimpath${GOFLAGS:+ ${GOFLAGS}}"
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fails if README.md or docs/*.md cite a file, line or declaration that is
+# Fails if README.md or docs/**/*.md cite a file, line or declaration that is
 # not where they say: in this repository, or in a k8s.io module at the
 # version go.mod (or hack/tools/go.mod) builds with, or a claim's proof that
 # is no test make test runs, or a proof table's line that is no assertion of

@@ -17,9 +17,9 @@ fi
 # dependencies compiled; with make test's flags (-race, no DWARF) those are the
 # compile make test already made of every package, where with the
 # release's flags it shared only the binary's dependencies and compiled
-# the tests' again (docs/measurements.md, "A first CI under an hour").
-# Under -race the files built only without it are not vetted: they are,
-# with the release's flags, whose compile the release already made.
+# the tests' again (docs/measurements/ci-and-control-plane.md, "A first CI under
+# an hour"). Under -race the files built only without it are not vetted: they
+# are, with the release's flags, whose compile the release already made.
 go vet -race -gcflags=all=-dwarf=false ./...
 CGO_ENABLED=0 go vet -trimpath ./harness/localcluster/
 # The bench's controller-runtime peer is a module of its own (so that the

@@ -37,7 +37,7 @@ import (
 )
 
 func main() {
-	markdown := flag.Bool("markdown", false, "print tables for docs/measurements.md")
+	markdown := flag.Bool("markdown", false, "print tables for docs/measurements/gate-timing.md")
 	exitList := flag.String("exits", "", "each run's exit status, comma-separated, in the order of the logs")
 	title := flag.String("title", "flake-hunt", "what was run, for the report's first line")
 	minRuns := flag.Int("min-runs", 1, "show only the figures logged in at least this many runs")

@@ -228,7 +228,7 @@ func (s *summary) writeText(w io.Writer, title string, minRuns int) {
 }
 
 // writeMarkdown prints the same as tables to paste into
-// docs/measurements.md: one row per test, one row per figure.
+// docs/measurements/gate-timing.md: one row per test, one row per figure.
 func (s *summary) writeMarkdown(w io.Writer, title string, minRuns int) {
 	failed := s.failedRuns()
 	fmt.Fprintf(w, "%s: %d of %d runs passed.\n\n", title, s.runs-len(failed), s.runs)

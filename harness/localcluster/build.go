@@ -75,7 +75,8 @@ func buildController(dir, name string, race bool) (string, error) {
 		// With the test binary's own compiler flags too (make test builds
 		// without DWARF): then the controller's packages are the ones the
 		// test's build just compiled, not all of them again with other
-		// flags (docs/measurements.md, "A first CI under an hour").
+		// flags (docs/measurements/ci-and-control-plane.md, "A first CI under
+		// an hour").
 		args = append(args, "-race")
 		if gcflags := testGCFlags(); gcflags != "" {
 			args = append(args, "-gcflags="+gcflags)
@@ -84,8 +85,9 @@ func buildController(dir, name string, race bool) (string, error) {
 		// As the release builds it (hack/release): the binary users run,
 		// and a build that shares its compiled packages with
 		// TestReleaseIsReproducible's linux/amd64 build instead of
-		// compiling all of them again (docs/measurements.md, "A first CI
-		// under an hour").
+		// compiling all of them again
+		// (docs/measurements/ci-and-control-plane.md, "A first CI under an
+		// hour").
 		args = append(args, "-trimpath")
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	}

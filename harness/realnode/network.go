@@ -71,9 +71,9 @@ func (n network) firstPodIP() netip.Addr {
 // On this kernel this machine's own ARP request, sent when the bridge's
 // MAC changes and it next talks to the Pod, heals the entry at once
 // (0.06-0.2 s in a private network namespace), so the 10-40 s stalls of
-// docs/measurements.md are not this; a fixed MAC takes it out of the
-// question, and each node test checks the MAC never changed. The bridge
-// is made here, before the plugin first runs, so the plugin leaves its
+// docs/measurements/tests-and-real-node.md are not this; a fixed MAC takes it
+// out of the question, and each node test checks the MAC never changed. The
+// bridge is made here, before the plugin first runs, so the plugin leaves its
 // MAC alone.
 func (n network) createBridge() error {
 	br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: bridgeName, HardwareAddr: bridgeMAC(n.Gateway)}}

@@ -40,7 +40,8 @@ import (
 // the garbage between two collections. With Go's default GOGC=100 a
 // collection starts when the heap has doubled since the last one, so a
 // cold start, whose garbage is every decoded watch event and response,
-// peaks at twice the live heap (docs/measurements.md, Memory). Two things
+// peaks at twice the live heap
+// (docs/measurements/benchmarks-memory-and-50000-bars.md, Memory). Two things
 // bound that here:
 //
 //   - the heap may grow past what the last collection found live by

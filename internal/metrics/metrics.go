@@ -193,9 +193,10 @@ func (leaderMetrics) SlowpathExercised(string)                     {}
 // Handler serves the registry in the Prometheus text format at /metrics
 // and, with profiling, the Go runtime's profiles under /debug/pprof/, as
 // kube-controller-manager does on its secure port. The profiles answer what
-// the metrics cannot, such as which objects hold the heap (docs/measurements.md
-// has a heap profile of 5,000 Bars); on the secure endpoint only callers
-// allowed to get the non-resource URL, e.g. /debug/pprof/heap, reach them.
+// the metrics cannot, such as which objects hold the heap
+// (docs/measurements/benchmarks-memory-and-50000-bars.md has a heap profile of
+// 5,000 Bars); on the secure endpoint only callers allowed to get the
+// non-resource URL, e.g. /debug/pprof/heap, reach them.
 func Handler(reg *prometheus.Registry, profiling bool) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))

@@ -46,8 +46,9 @@ import (
 // rather than walking every Bar at each poll: the bench shares the two
 // cores with the controller and the API server, and a walk of N Bars
 // every poll was CPU the controller runs paid and the floors did not
-// (docs/measurements.md). Only when the count says every Bar is done does
-// converged walk them all, to confirm it.
+// (docs/measurements/benchmarks-controller-cost-fourth-and-fifth-steps.md).
+// Only when the count says every Bar is done does converged walk them all, to
+// confirm it.
 type convergence struct {
 	barStore    cache.Indexer
 	deployments cache.Indexer

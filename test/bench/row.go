@@ -110,7 +110,7 @@ const warmUpBars = 300
 // RBAC, the workload-low priority level, the status apply's field sets,
 // Events, watches), we think: without this the row's first controller run
 // was the slowest of its row in five rows of six at 5,000 Bars, by 1.4 to
-// 4.3 s of 22 to 31 (docs/measurements.md).
+// 4.3 s of 22 to 31 (docs/measurements/benchmarks-performance-users-feel.md).
 func (s scenario) warmUp(ctx context.Context, r *row, controllers bool) error {
 	if err := reuseNamespace(ctx, r.w.kube, "warmup"); err != nil {
 		return err

@@ -70,7 +70,7 @@ var opsElectionFlags = []string{"--leader-elect", "--leader-elect-lease-duration
 // never before). Last, a leader whose Lease is taken away exits. What is
 // checked is the order of the Lease's versions, as a watch sees them and
 // as their holders stamped them; how long each takeover took is logged
-// (docs/measurements.md).
+// (docs/measurements/tests-and-real-node.md).
 func TestOpsLeaderElectionTakeover(t *testing.T) {
 	env, ns := setupOps(t)
 	env.install(t) // for the CRD

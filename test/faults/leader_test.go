@@ -121,8 +121,8 @@ func TestLeaderKilledDuringConvergence(t *testing.T) {
 	// first retry after the expiry, each wait at its longest here. The 2 s
 	// are for the requests themselves on a loaded machine: measured
 	// takeovers are the lease plus 2.9 s here (one make faults run,
-	// docs/measurements.md) and the lease plus 0.2-1.4 s in about 20 runs
-	// with shorter settings (TestOpsLeaderElectionTakeover), against the
+	// docs/measurements/faults.md) and the lease plus 0.2-1.4 s in about 20
+	// runs with shorter settings (TestOpsLeaderElectionTakeover), against the
 	// 8.8 s the two waits may take.
 	if limit := leaseDuration + 2*(retryPeriod*22/10) + 2*time.Second; takeover > limit {
 		t.Errorf("takeover took %v, want at most %v (lease %v, retry %v)", takeover, limit, leaseDuration, retryPeriod)

@@ -181,11 +181,11 @@ func TestSIGTERMWhileAPIServerDown(t *testing.T) {
 // exit came 7-15 ms after the informers' bound (5.007-5.015 s; one run
 // exited at 3.3 s, its informers done sooner); a SIGTERM'd controller
 // with nothing in flight exits in 6-20 ms (TestSIGTERMWhileAPIServer-
-// Blackholed, 8 runs; docs/measurements.md, about 20 runs), up to 250 ms
-// more after a recent Event (eventQuiet). 500 ms is twice the largest of
-// those. Under make test the binary has the race detector, whose default
-// 1 s sleep at exit startController turns off (GORACE), so it counts for
-// nothing here.
+// Blackholed, 8 runs; docs/measurements/tests-and-real-node.md, about 20 runs),
+// up to 250 ms more after a recent Event (eventQuiet). 500 ms is twice the
+// largest of those. Under make test the binary has the race detector, whose
+// default 1 s sleep at exit startController turns off (GORACE), so it counts
+// for nothing here.
 const (
 	informerShutdownTimeout = 5 * time.Second
 	eventFlushTimeout       = 5 * time.Second

@@ -85,7 +85,8 @@ func (c *alphaTraffic) run(ctx context.Context) {
 // model: each run logs its slowest answer, and hack/flake-hunt.sh gives
 // that figure's spread over N runs (not measured yet). The one run known
 // to reach 10 s was a replica that stopped answering at all
-// (docs/measurements.md, "Conversion while the leader Pod goes").
+// (docs/measurements/tests-and-real-node.md, "Conversion while the leader Pod
+// goes").
 const timeout = 10 * time.Second
 
 func (c *alphaTraffic) get(ctx context.Context, op string) (*barv1alpha1.Bar, bool) {

@@ -313,9 +313,9 @@ func TestLeaderHandover(t *testing.T) {
 	// A bound from the configuration, not a speed claim: past its grace
 	// period the kubelet SIGKILLs the container, so a leader that ignored
 	// SIGTERM goes only after it; one that heeds it was gone in 0.90-1.93 s
-	// (four runs, docs/measurements.md, "A real node"), a thirtieth of the
-	// shipped 60 s. The old container's exit code (0, not 137) would tell
-	// the same without a clock.
+	// (four runs, docs/measurements/tests-and-real-node.md, "A real node"), a
+	// thirtieth of the shipped 60 s. The old container's exit code (0, not 137)
+	// would tell the same without a clock.
 	if gone > time.Duration(ptr.Deref(lead.Spec.TerminationGracePeriodSeconds, 30))*time.Second {
 		t.Errorf("the leader took %v to stop on SIGTERM, past its grace period", gone)
 	}

@@ -41,15 +41,15 @@ import (
 // concern it (the controller traces the tests' Bars), so a slow run
 // explains itself in the test output.
 //
-// What the slow runs showed (docs/measurements.md, "A real node"): the
-// Pods and the Deployment were available within a second every time; the
-// Bar's status waited for the controller. The leader's API calls stopped
-// returning (a status apply never came back; "Failed to renew lease:
-// context deadline exceeded" 10 s later), and the kubelet's probes of that
-// Pod timed out over the same seconds, while the standby stayed healthy.
-// The Bar, queued on the standby too, was synced the moment the standby
-// took the Lease: when it expired, 15 s after the stalled leader's last
-// renewal, plus up to one 2 s retry period. That is the 16-17 s.
+// What the slow runs showed (docs/measurements/tests-and-real-node.md, "A real
+// node"): the Pods and the Deployment were available within a second every
+// time; the Bar's status waited for the controller. The leader's API calls
+// stopped returning (a status apply never came back; "Failed to renew lease:
+// context deadline exceeded" 10 s later), and the kubelet's probes of that Pod
+// timed out over the same seconds, while the standby stayed healthy. The Bar,
+// queued on the standby too, was synced the moment the standby took the Lease:
+// when it expired, 15 s after the stalled leader's last renewal, plus up to one
+// 2 s retry period. That is the 16-17 s.
 //
 // The watcher (watch_test.go) now samples a stalled controller Pod from
 // the host. The one stall it caught (two replicas at once, while two new

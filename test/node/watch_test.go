@@ -36,16 +36,16 @@ import (
 )
 
 // A controller Pod on this node has now and then stopped answering
-// anything for 10-40 s while idle (docs/measurements.md, "A real node"):
-// the kubelet's probes connect and time out awaiting headers, its Lease
-// renewals stall, it logs nothing, and the liveness probe restarts it.
-// Logs written afterwards cannot say why; the host can, while it lasts.
-// The watcher probes every controller container as the kubelet does, more
-// often, and the first time one times out it samples the process from the
-// host twice, sampleGap apart (realnode.TakeSample, realnode.Verdict:
-// CPU run and wait per thread, CFS throttling, PSI, the freezer, memory,
-// kernel stacks, unread requests), and writes it all under the test's
-// directory, with the kubelet's lines about the Pod.
+// anything for 10-40 s while idle (docs/measurements/tests-and-real-node.md, "A
+// real node"): the kubelet's probes connect and time out awaiting headers, its
+// Lease renewals stall, it logs nothing, and the liveness probe restarts it.
+// Logs written afterwards cannot say why; the host can, while it lasts. The
+// watcher probes every controller container as the kubelet does, more often,
+// and the first time one times out it samples the process from the host twice,
+// sampleGap apart (realnode.TakeSample, realnode.Verdict: CPU run and wait per
+// thread, CFS throttling, PSI, the freezer, memory, kernel stacks, unread
+// requests), and writes it all under the test's directory, with the kubelet's
+// lines about the Pod.
 
 const (
 	// probePeriod is how often each controller container is probed; the

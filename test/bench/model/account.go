@@ -61,7 +61,8 @@ type Account struct {
 	// (a create, an apply and an Event, answered with metadata only)
 	// cost, and every event the same. An estimate, with a yardstick that
 	// moves with the machine (the bench's CPU for one floor's work
-	// differs by up to 44 % within a row: docs/measurements.md).
+	// differs by up to 44 % within a row:
+	// docs/measurements/benchmarks-controller-cost-fourth-and-fifth-steps.md).
 	TrafficPerBar float64
 	// TargetPerBar is the most controller CPU per Bar with which the
 	// converge ratio would meet TargetRatio, the rest of the run as

@@ -100,11 +100,12 @@ func TestAccounts(t *testing.T) {
 // AccountTolerance is how far a row's converge ratio may be from its CPU
 // ratio, from 2,000 Bars up. Measured: the committed reports' rows of
 // 2,000 Bars and more are +0.5, +1.8, −1.3, −0.1 and −0.1 % from it, two
-// runs outside them (docs/measurements.md, fifth steps) +0.2 and +1.1 %:
-// 1.8 % at most in seven rows, on a machine whose CPU for one floor's
-// work drifted by 37–44 % within one of them. 5 % is a little under three
-// times that. Below 2,000 Bars a run lasts seconds and the rounding of its
-// figures to 0.1 s is up to ±10 %: shown, not held.
+// runs outside them
+// (docs/measurements/benchmarks-controller-cost-fourth-and-fifth-steps.md,
+// fifth steps) +0.2 and +1.1 %: 1.8 % at most in seven rows, on a machine whose
+// CPU for one floor's work drifted by 37–44 % within one of them. 5 % is a
+// little under three times that. Below 2,000 Bars a run lasts seconds and the
+// rounding of its figures to 0.1 s is up to ±10 %: shown, not held.
 const AccountTolerance = 0.05
 
 // TestCommittedConvergeFollowsCPU holds the committed reports to what

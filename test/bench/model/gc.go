@@ -42,8 +42,9 @@ const (
 // of CPU at GOGC=100, 68.4 at 50, 76.8 at 30, 81.0 at 20;
 // FitCollectorShare, and TestCollectorShareIsTheGCBenchs holds this to
 // the committed part; the part before gave 0.24), a little below the
-// 22–30 % GODEBUG=gctrace=1 put on a 5,000-Bar run (docs/measurements.md,
-// "The controller's own cost, first steps").
+// 22–30 % GODEBUG=gctrace=1 put on a 5,000-Bar run
+// (docs/measurements/benchmarks-controller-cost-first-to-third-steps.md, "The
+// controller's own cost, first steps").
 const GCCollectorShare = 0.21
 
 // GCPercent is the GOGC the controller runs at with the shipped defaults
