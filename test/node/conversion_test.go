@@ -158,9 +158,8 @@ func TestConversionThroughServiceSurvivesLeaderDeletion(t *testing.T) {
 
 	// The claim is about the delete, so the window starts from two Ready
 	// replicas. A replica that stalled before it (the kubelet's liveness
-	// probe restarts it; docs/measurements/tests-and-real-node.md, "A real
-	// node") is another fault: it is reported, and the window waits for it to
-	// be Ready again.
+	// probe restarts it; docs/measurements/tests-and-real-node.md) is
+	// another fault: it is reported, and the window waits for it to be Ready.
 	pods = waitReadyReplicas(t, e)
 	for _, p := range pods {
 		for _, cs := range p.Status.ContainerStatuses {
@@ -239,9 +238,8 @@ func TestConversionThroughServiceSurvivesLeaderDeletion(t *testing.T) {
 		t.Errorf("after %d v1alpha1 updates, spec.template.resources in v1 is %+v, want %+v", updates, last.Spec.Template.Resources, resources)
 	}
 	if t.Failed() {
-		// A Pod that stalls on this node
-		// (docs/measurements/tests-and-real-node.md, "A real node") shows in
-		// the kubelet's probes and the Pods' logs.
+		// A Pod that stalls on this node (docs/measurements/tests-and-real-node.md)
+		// shows in the kubelet's probes and the Pods' logs.
 		t.Log("the conversion window failed; the node's account of it follows")
 		explainSlow(t, e, ns.Name, begin)
 	}

@@ -120,9 +120,7 @@ func Markdown(m Model, check Row) string {
 		case HeapGoalLinear:
 			fmt.Fprintf(&b, "| %s | a + b·heap goal | %s %s | b = %s per MiB of heap goal |\n", f.Name, num(l.A, 1), f.Unit, num(l.B, 2))
 		case GCScaled:
-			fmt.Fprintf(&b, "| %s | (a + b·N) × GC factor × cache factor | %s %s | %s %s at GOGC=100, in the cache |\n", f.Name, num(l.A, 1), f.Unit, num(l.B*1000, 2), f.Unit)
-		case CPUBound:
-			fmt.Fprintf(&b, "| %s | (API server + etcd + controller + bench CPU over the run) ÷ %d cores | — | — |\n", f.Name, BenchCores)
+			fmt.Fprintf(&b, "| %s | (a + b·N) × GC factor | %s %s | %s %s at GOGC=100 |\n", f.Name, num(l.A, 1), f.Unit, num(l.B*1000, 2), f.Unit)
 		default:
 			fmt.Fprintf(&b, "| %s | a + b·N | %s %s | %s %s |\n", f.Name, num(l.A, 1), f.Unit, num(l.B*1000, 2), f.Unit)
 		}
@@ -156,7 +154,7 @@ func Markdown(m Model, check Row) string {
 		b.WriteString("\n")
 	}
 
-	b.WriteString("\nThe floor's rows and the bench's own CPU are not held by the check (reference), nor is the ratio, which is made of the floor: read them as this machine's floor extended, no more. The cold start is derived from the CPU rows, which are held.\n")
+	b.WriteString("\nThe floor's rows are not held by the check (reference), nor is the ratio, which is made of the floor: read them as this machine's floor extended, no more.\n")
 	fmt.Fprintf(&b, "\n### What one replica needs\n\n| Bars | cold start, bench machine | controller CPU: a cold start on 1 core at best | peak RSS, no limit | live heap | memory limit | GOMEMLIMIT | API server + etcd CPU | API server + etcd cores for a cold start in %.0f min |\n| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n", ServerBudget/60)
 	for _, n := range append([]int{check.N}, Sizes...) {
 		s := Size(m, n)

@@ -19,11 +19,8 @@ limitations under the License.
 // docs/benchmarks-large.md). Every figure is a line a + b·N fitted to the
 // small rows, or a constant per Bar, except the two the controller's GC
 // policy shapes (gc.go): peak RSS, a line in the heap goal, and controller
-// CPU, a line in N scaled by the collector's extra work and by the heap's
-// leaving the machine's cache; and the cold start, which on the bench's
-// saturated machine is the CPU spent in it over its cores. Each is
-// checked against the largest row, which the fit never sees
-// (docs/sizing-model.md).
+// CPU, a line in N scaled by the collector's extra work. Each is checked
+// against the largest row, which the fit never sees (docs/sizing-model.md).
 package model
 
 import (
@@ -113,21 +110,11 @@ const (
 	// up to its goal, a + b·HeapGoal(live), each row at its own measured
 	// live heap; predicted at the live heap line's value at N.
 	HeapGoalLinear
-	// GCScaled: a line in N at GOGC=100 and in the cache, times
-	// GCCPUFactor and CacheFactor of the live heap. Each row is brought
-	// to GOGC=100 and into the cache by its own factors before the fit
-	// (1 for rows below 32 MiB live).
+	// GCScaled: a line in N at GOGC=100, times GCCPUFactor of the live
+	// heap. Each row is brought to GOGC=100 by its own factor before the
+	// fit (1 for rows below 32 MiB live).
 	GCScaled
-	// CPUBound: no line of its own, the CPU spent over a controller run
-	// (API server and etcd, controller, the bench) over BenchCores. The
-	// bench's machine is saturated through a cold start, and a run lasts
-	// what its CPU does within 2 % from 2,000 Bars up (account.go), so a
-	// run's time is no more to extrapolate than its parts.
-	CPUBound
 )
-
-// BenchCores are the bench's machine's cores (docs/benchmarks.md).
-const BenchCores = 2
 
 // Figure is one measured figure the model predicts.
 type Figure struct {
@@ -153,7 +140,7 @@ type Figure struct {
 // Figures are the figures fitted, in the order the tables show them.
 var Figures = []Figure{
 	{"floor", "floor (3 bare writes per Bar, median)", "s", Linear, func(r Row) float64 { return r.Floor }, false, true},
-	{"run", "cold start: controller run (median)", "s", CPUBound, func(r Row) float64 { return r.Run }, true, false},
+	{"run", "cold start: controller run (median)", "s", Linear, func(r Row) float64 { return r.Run }, false, false},
 	{"cpu", "controller CPU", "s", GCScaled, func(r Row) float64 { return r.CPU }, false, false},
 	{"rss", "controller peak RSS", "MiB", HeapGoalLinear, func(r Row) float64 { return r.PeakRSS }, false, false},
 	{"heap", "controller live heap, idle", "MiB", Linear, func(r Row) float64 { return r.LiveHeap }, false, false},
@@ -161,16 +148,6 @@ var Figures = []Figure{
 	{"serverfloor", "API server + etcd CPU, floor", "s", Linear, func(r Row) float64 { return r.Server }, false, true},
 	{"writes", "writes per Bar", "", PerBar, func(r Row) float64 { return r.Writes }, false, false},
 	{"lists", "watches that listed (one per informer)", "", PerBar, func(r Row) float64 { return r.WatchLists }, false, false},
-	{"benchrun", "the bench's own CPU, controller run", "s", Linear, benchRun, false, true},
-}
-
-// benchRun is the bench's own CPU over a run, NaN for a report without
-// the column, whose rows Fit leaves out of this figure's line.
-func benchRun(r Row) float64 {
-	if !r.HasBenchCPU {
-		return math.NaN()
-	}
-	return r.BenchRun
 }
 
 // Ratio is the converge ratio the reports' targets are about, predicted as
@@ -206,10 +183,7 @@ func (m Model) Predict(key string, n float64) float64 {
 // --gc-headroom-percent=headroom.
 func (m Model) PredictAt(key string, n float64, headroom int) float64 {
 	if key == Ratio.Key {
-		return m.PredictAt("run", n, headroom) / m.Lines["floor"].At(n)
-	}
-	if kindOf(key) == CPUBound {
-		return (m.PredictAt("server", n, headroom) + m.PredictAt("cpu", n, headroom) + m.PredictAt("benchrun", n, headroom)) / BenchCores
+		return m.Lines["run"].At(n) / m.Lines["floor"].At(n)
 	}
 	l, ok := m.Lines[key]
 	if !ok {
@@ -219,8 +193,7 @@ func (m Model) PredictAt(key string, n float64, headroom int) float64 {
 	case HeapGoalLinear:
 		return l.At(HeapGoalAt(m.Predict("heap", n), headroom))
 	case GCScaled:
-		live := m.Predict("heap", n)
-		return l.At(n) * GCCPUFactorAt(live, headroom) * CacheFactor(live)
+		return l.At(n) * GCCPUFactorAt(m.Predict("heap", n), headroom)
 	}
 	return l.At(n)
 }
@@ -237,24 +210,22 @@ func kindOf(key string) Kind {
 // Fit fits every figure to the rows.
 func Fit(rows []Row) (Model, error) {
 	m := Model{Lines: map[string]Line{}, Rows: rows}
+	ns := make([]float64, len(rows))
+	for i, r := range rows {
+		ns[i] = float64(r.N)
+	}
 	for _, f := range Figures {
-		var xs, ys []float64
-		for _, r := range rows {
-			x, y := float64(r.N), f.Of(r)
-			if math.IsNaN(y) {
-				continue // a report without this column
-			}
+		xs, ys := slices.Clone(ns), make([]float64, len(rows))
+		for i, r := range rows {
+			ys[i] = f.Of(r)
 			switch f.Kind {
 			case HeapGoalLinear:
-				x = HeapGoalAt(r.LiveHeap, r.Headroom)
+				xs[i] = HeapGoalAt(r.LiveHeap, r.Headroom)
 			case GCScaled:
-				y /= GCCPUFactorAt(r.LiveHeap, r.Headroom) * CacheFactor(r.LiveHeap)
+				ys[i] /= GCCPUFactorAt(r.LiveHeap, r.Headroom)
 			}
-			xs, ys = append(xs, x), append(ys, y)
 		}
 		switch f.Kind {
-		case CPUBound:
-			continue
 		case PerBar:
 			if len(ys) == 0 {
 				return Model{}, errors.New("no rows to fit")

@@ -71,17 +71,13 @@ func TestLineSolve(t *testing.T) {
 
 // row is a row whose every figure lies on a known curve of the model's
 // shapes, so that a fit from such rows must give those curves back: peak
-// RSS a line in the heap goal, CPU a line scaled by the GC and cache
-// factors, the run the CPU over the cores. At 5,000 Bars its live heap
-// (40 MiB) runs at GOGC=80 and is partly out of the cache, as a real one.
+// RSS a line in the heap goal, CPU a line scaled by the GC factor. At
+// 5,000 Bars its live heap (40 MiB) runs at GOGC=80, as a real one does.
 func row(n int) Row {
 	x := float64(n)
 	live := 5 + 0.007*x
-	r := Row{Report: "r.md", N: n, Floor: 1 + 0.005*x, CPU: 0.002 * x * GCCPUFactor(live) * CacheFactor(live), PeakRSS: 30 + 1.1*HeapGoal(live),
-		LiveHeap: live, ServerRun: 0.014 * x, Server: 0.010 * x, Writes: 3, WatchLists: 3, Headroom: GCHeadroomPercent,
-		HasBenchCPU: true, BenchFloor: 0.0008 * x, BenchRun: 0.3 + 0.0006*x}
-	r.Run = (r.ServerRun + r.CPU + r.BenchRun) / BenchCores
-	return r
+	return Row{Report: "r.md", N: n, Floor: 1 + 0.005*x, Run: 2 + 0.008*x, CPU: 0.002 * x * GCCPUFactor(live), PeakRSS: 30 + 1.1*HeapGoal(live),
+		LiveHeap: live, ServerRun: 0.014 * x, Server: 0.010 * x, Writes: 3, WatchLists: 3, Headroom: GCHeadroomPercent}
 }
 
 func TestFitRecoversLines(t *testing.T) {
@@ -104,14 +100,13 @@ func TestCheckFlagsOnlyTheFigureThatMisses(t *testing.T) {
 	}
 	measured := row(50000)
 	measured.PeakRSS *= 1.2 // the model underestimates it by a sixth
-	measured.CPU *= 1.2     // and the CPU
-	measured.Run *= 1.2     // and the run: derived from the CPU, it is not held
+	measured.Run *= 1.2     // and the run: only the ratio, derived, shows it too
 	for _, r := range Check(m, measured) {
 		if !r.Figure.Held() {
 			continue
 		}
 		missed := math.Abs(r.Error()) > Tolerance
-		if missed != (r.Figure.Key == "rss" || r.Figure.Key == "cpu") {
+		if missed != (r.Figure.Key == "rss" || r.Figure.Key == "run") {
 			t.Errorf("%s: predicted %v, measured %v, error %+.3f: missed = %v", r.Figure.Name, r.Predicted, r.Measured, r.Error(), missed)
 		}
 	}
@@ -213,13 +208,11 @@ func TestSplice(t *testing.T) {
 	}
 }
 
-// TestOnlyTheYardsticksAreReference guards the check's reach: a
-// controller figure marked reference would drop out of the check
-// unnoticed. The floor's figures and the bench's own CPU measure the
-// machine, not the controller.
-func TestOnlyTheYardsticksAreReference(t *testing.T) {
+// TestOnlyTheFloorIsReference guards the check's reach: a controller
+// figure marked reference would drop out of the check unnoticed.
+func TestOnlyTheFloorIsReference(t *testing.T) {
 	for _, f := range Figures {
-		if want := f.Key == "floor" || f.Key == "serverfloor" || f.Key == "benchrun"; f.Reference != want {
+		if want := f.Key == "floor" || f.Key == "serverfloor"; f.Reference != want {
 			t.Errorf("%s: reference %v, want %v", f.Name, f.Reference, want)
 		}
 	}
@@ -236,7 +229,7 @@ func TestCheckIsAtTheRowsHeadroom(t *testing.T) {
 	at50 := row(50000)
 	live := at50.LiveHeap
 	at50.Headroom = 50
-	at50.CPU = 0.002 * 50000 * GCCPUFactorAt(live, 50) * CacheFactor(live)
+	at50.CPU = 0.002 * 50000 * GCCPUFactorAt(live, 50)
 	at50.PeakRSS = 30 + 1.1*HeapGoalAt(live, 50)
 	for _, r := range Check(m, at50) {
 		if r.Figure.Held() && !near(r.Predicted, r.Measured) {
@@ -245,28 +238,5 @@ func TestCheckIsAtTheRowsHeadroom(t *testing.T) {
 	}
 	if HeapGoalAt(live, 50) <= HeapGoal(live) || GCCPUFactorAt(live, 50) >= GCCPUFactor(live) {
 		t.Fatalf("at %v MiB live, 50 and the shipped %d give the same goal and factor: the test proves nothing", live, GCHeadroomPercent)
-	}
-}
-
-// A report without the bench's own CPU leaves its rows out of that line
-// and nothing else: its NaN must not reach a fit.
-func TestFitSkipsAMissingColumn(t *testing.T) {
-	rows := []Row{row(500), row(2000), row(5000)}
-	rows[0].HasBenchCPU = false
-	m, err := Fit(rows)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for key, l := range m.Lines {
-		if math.IsNaN(l.A) || math.IsNaN(l.B) {
-			t.Errorf("%s: %+v", key, l)
-		}
-	}
-	if got, want := m.Predict("benchrun", 500000), row(500000).BenchRun; !near(got, want) {
-		t.Errorf("the bench's CPU at 500,000 from two rows: %v, want %v", got, want)
-	}
-	rows[1].HasBenchCPU = false
-	if _, err := Fit(rows); err == nil {
-		t.Error("one row with the bench's CPU fits any slope: want an error")
 	}
 }

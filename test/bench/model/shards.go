@@ -183,7 +183,7 @@ func SizeReplica(m Model, o Overheads, matchNs float64, b, replicas, shards int)
 	bars := float64(b) / float64(replicas) * o.Skew
 	live := m.Predict("heap", bars) * o.Heap
 	peak := m.Lines["rss"].At(HeapGoal(live)) * o.RSS
-	cpu := m.Lines["cpu"].At(bars) * GCCPUFactor(live) * CacheFactor(live) * o.CPU
+	cpu := m.Lines["cpu"].At(bars) * GCCPUFactor(live) * o.CPU
 	// Each Bar comes as two watch events (its create, its status), each
 	// tested against every shard's Bar watch.
 	match := 2 * float64(b) * float64(shards) * matchNs / 1e9

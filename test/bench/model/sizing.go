@@ -76,10 +76,9 @@ func BarsForLimit(m Model, mib float64) float64 {
 }
 
 // solve is the N at which the figure reaches y: +Inf if it does not by
-// maxBars, 0 if it is there already. Peak RSS, controller CPU and the
-// cold start are not lines in N but are monotone in it (HeapGoal never
-// drops, GCCPUFactor and CacheFactor only grow with the live heap), so
-// bisection finds where they cross y.
+// maxBars, 0 if it is there already. Peak RSS and controller CPU are not
+// lines in N but are monotone in it (HeapGoal never drops, GCCPUFactor
+// only grows with the live heap), so bisection finds where they cross y.
 func solve(m Model, key string, y float64) float64 {
 	const maxBars = 1e9
 	at := func(n float64) float64 { return m.Predict(key, n) }
@@ -114,11 +113,11 @@ func BarsForTime(m Model, key string, secs float64) float64 {
 // start, by a CPU line's cost per Bar: the controller's ("cpu") or the API
 // server's and etcd's ("server"). The controller's is at the GOGC of a
 // large controller, GCHeadroomPercent, which it runs at from about
-// 25,000 Bars on, and with its heap all out of the cache.
+// 25,000 Bars on.
 func PerCoreRate(m Model, key string) float64 {
 	b := m.Lines[key].B
 	if kindOf(key) == GCScaled {
-		b *= gcFactor(GCHeadroomPercent) * (1 + CacheSlowdown)
+		b *= gcFactor(GCHeadroomPercent)
 	}
 	if b <= 0 {
 		return math.Inf(1)
