@@ -103,7 +103,7 @@ func (o *options) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.loggingFormat, "logging-format", "text", "Log format: text (klog) or json (one object per line).")
 	fs.StringVar(&o.trace, "trace", "", "Log every step (event, enqueue, dequeue, sync decisions, API calls, status) for the Bars whose namespace/name matches this pattern, e.g. default/example or 'default/*'. Empty: off.")
 	// Peak memory against CPU. 20 gave the lowest peak in make bench-gc at 50,000 Bars: a
-	// cold start's peak 456 MB against 544 at 50, for 27 % more CPU
+	// cold start's peak 446 MB against 529 at 50, for 18 % more CPU
 	// (docs/benchmarks-large.md, the GC headroom part; internal/memory).
 	fs.IntVar(&o.gcHeadroom, "gc-headroom-percent", 20, "How far the heap may grow past what the last garbage collection found live before the next, in percent of it (0-100, in steps of 10), but by at least 32 MiB or the live heap, whichever is less: above 32 MiB×100/percent live (160 MiB at 20) a cold start's heap peaks at about 1+percent/100 times the live heap, between 32 MiB and that at the live heap plus 32 MiB or a little more, below 32 MiB at twice the live heap. Lower costs more CPU; 100 is Go's own rule; 0 or $GOGC: Go's own GOGC setting.")
 	le := &o.leaderElection
